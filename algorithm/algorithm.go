@@ -1,0 +1,392 @@
+package algorithm
+
+// State is the stored state of one bucket key. Its meaning depends on the algorithm:
+//
+//	token_bucket           T = last refill (ticks), V = tokens (1/scale units), W = fingerprint
+//	gcra                   T = TAT (whole ticks),   V = TAT fraction (1/rate tick), W = fingerprint
+//	leaky_bucket           T = last leak (ticks),   V = level (1/scale units), W = fingerprint
+//	fixed_window           T = window start (µs),   V = count
+//	sliding_window_counter T = window start (µs),   V = current count, W = previous count
+//	sliding_window_log     V = sum of Log costs,    Log = entries in (now-P, now]
+//
+// The zero State is a fresh key: a full bucket or an empty window.
+type State struct {
+	T, V, W int64
+	Log     *Log
+}
+
+// Log holds the entries of a sliding_window_log key, oldest first, at most one per microsecond.
+type Log struct {
+	Entries []Entry
+}
+
+// Entry is one admitted request of a sliding_window_log: its time (µs) and cost.
+type Entry struct {
+	At, Cost int64
+}
+
+// Reason says why a request was denied when waiting would not help.
+type Reason uint8
+
+const (
+	// ReasonNone is a plain decision: allowed, or denied until RetryAfter.
+	ReasonNone Reason = iota
+	// ReasonCostExceedsCapacity denies a request that costs more than the limit can ever admit.
+	ReasonCostExceedsCapacity
+)
+
+// String describes r for a decision's reason field.
+func (r Reason) String() string {
+	if r == ReasonCostExceedsCapacity {
+		return "cost exceeds the limit's capacity"
+	}
+	return ""
+}
+
+// Result is what one limit decides for one request. Durations are microseconds from now.
+type Result struct {
+	Allowed    bool
+	Reason     Reason
+	Remaining  int64 // what could still be spent now, after this request if it is allowed
+	ResetAfter int64 // until the limit is fully restored
+	RetryAfter int64 // until the same request would be allowed; 0 when allowed or never
+	Delay      int64 // leaky_bucket: the request's place in the queue
+}
+
+// Decide brings s up to now, which changes no decision (refill, leak, window roll, pruning),
+// and reports what consuming cost would give. It consumes nothing: Commit does. A cost of 0
+// looks without consuming and is always allowed.
+func Decide(p *Params, s *State, now, cost int64) Result {
+	switch p.Kind {
+	case TokenBucket:
+		nowT := p.refill(s, now)
+		return p.bucketResult(s.V, cost, nowT, now)
+	case GCRA:
+		nowT := p.gcraNormalize(s, now)
+		return p.bucketResult(p.capacity-p.gcraDebt(s, nowT), cost, nowT, now)
+	case LeakyBucket:
+		nowT := p.leak(s, now)
+		r := p.bucketResult(p.capacity-s.V, cost, nowT, now)
+		if r.Allowed && cost > 0 && s.V > 0 {
+			r.Delay = p.after(nowT, ceilDiv(s.V, p.rate), now)
+		}
+		return r
+	case FixedWindow:
+		return p.fixedWindow(s, now, cost)
+	case SlidingWindowCounter:
+		return p.slidingCounter(s, now, cost)
+	case SlidingWindowLog:
+		return p.slidingLog(s, now, cost)
+	}
+	return Result{}
+}
+
+// Commit consumes cost from s, which Decide brought up to the same now and found allowed. It
+// returns the instant (µs) after which s is as good as fresh and may be dropped.
+func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
+	switch p.Kind {
+	case TokenBucket:
+		s.V -= cost * p.scale
+		return p.ticksAt(s.T + ceilDiv(p.capacity-s.V, max(p.rate, 1)))
+	case GCRA:
+		// Decide left TAT >= now, so the debt is exact; cost <= Burst implies rate > 0.
+		nowT := now / p.tick
+		debt := p.gcraDebt(s, nowT) + cost*p.scale
+		s.T, s.V = nowT+debt/p.rate, debt%p.rate
+		return p.ticksAt(s.T + 1)
+	case LeakyBucket:
+		s.V += cost * p.scale
+		return p.ticksAt(s.T + ceilDiv(s.V, max(p.rate, 1)))
+	case FixedWindow:
+		s.V += cost
+		return s.T + p.Period
+	case SlidingWindowCounter:
+		s.V += cost
+		return s.T + 2*p.Period
+	case SlidingWindowLog:
+		if s.Log == nil {
+			s.Log = &Log{}
+		}
+		if n := len(s.Log.Entries); n > 0 && s.Log.Entries[n-1].At == now {
+			s.Log.Entries[n-1].Cost += cost
+		} else {
+			s.Log.Entries = append(s.Log.Entries, Entry{At: now, Cost: cost})
+		}
+		s.V += cost
+		return now + p.Period
+	}
+	return now
+}
+
+// Undo remembers a State before Commit so that a batch whose sibling limit denies can put it back.
+type Undo struct {
+	state   State
+	entries []Entry
+	last    Entry
+}
+
+// Save returns what Restore needs to undo the next Commit on s.
+func Save(s *State) Undo {
+	u := Undo{state: *s}
+	if s.Log != nil {
+		u.entries = s.Log.Entries
+		if n := len(u.entries); n > 0 {
+			u.last = u.entries[n-1]
+		}
+	}
+	return u
+}
+
+// Restore puts s back as it was when u was saved.
+func (u *Undo) Restore(s *State) {
+	log := s.Log
+	*s = u.state
+	if u.state.Log == nil {
+		return
+	}
+	// Commit may have merged into the last entry in place; the append case left the saved
+	// prefix untouched.
+	log.Entries = u.entries
+	if n := len(u.entries); n > 0 {
+		log.Entries[n-1] = u.last
+	}
+}
+
+// after is the time in µs from now until tick nowT+k begins, never negative.
+func (p *Params) after(nowT, k, now int64) int64 {
+	return max(0, (nowT+k)*p.tick-now)
+}
+
+func (p *Params) ticksAt(t int64) int64 { return t * p.tick }
+
+// bucketResult decides a request of cost against avail sub-units of a bucket of capacity
+// p.capacity that refills p.rate sub-units per tick. It is the one decision the three bucket
+// encodings share, which is why they decide identically.
+func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
+	var r Result
+	inc := cost * p.scale
+	switch {
+	case cost > p.Burst:
+		r.Reason = ReasonCostExceedsCapacity
+	case inc <= avail:
+		r.Allowed = true
+		avail -= inc
+	default:
+		r.RetryAfter = p.after(nowT, ceilDiv(inc-avail, p.rate), now)
+	}
+	if p.rate > 0 {
+		r.ResetAfter = p.after(nowT, ceilDiv(p.capacity-avail, p.rate), now)
+	}
+	r.Remaining = max(0, avail) / p.scale
+	return r
+}
+
+// convert rewrites bucket state written under another fingerprint (the limit changed) into the
+// units of p, rounding against the caller. It reports whether s held state at all.
+func (p *Params) convert(s *State, nowT int64) bool {
+	if s.W == 0 {
+		return false
+	}
+	oldUnit, oldExp := s.W>>3, s.W&7
+	toTicks := func(t int64) int64 { // old ticks to new ticks
+		for e := oldExp; e > p.tickExp; e-- {
+			t *= 10
+		}
+		for e := oldExp; e < p.tickExp; e++ {
+			t /= 10
+		}
+		return t
+	}
+	switch p.Kind {
+	case TokenBucket:
+		tokens := min(s.V/oldUnit, p.Burst)
+		s.T, s.V = min(toTicks(s.T), nowT), tokens*p.scale
+	case LeakyBucket:
+		level := min(ceilDiv(s.V, oldUnit), p.Burst)
+		s.T, s.V = min(toTicks(s.T), nowT), level*p.scale
+	case GCRA:
+		tat := s.T
+		if s.V > 0 {
+			tat++
+		}
+		s.T, s.V = toTicks(tat), 0
+		if p.tickExp > oldExp {
+			s.T++ // rounded down above; round the debt up instead
+		}
+	}
+	return true
+}
+
+// refill brings a token bucket up to now and returns now in ticks.
+func (p *Params) refill(s *State, now int64) int64 {
+	nowT := now / p.tick
+	if fp := p.fingerprint(); s.W != fp {
+		if !p.convert(s, nowT) {
+			s.T, s.V = nowT, p.capacity
+		}
+		s.W = fp
+	}
+	if nowT > s.T {
+		if missing := p.capacity - s.V; missing > 0 && p.rate > 0 {
+			if nowT-s.T >= ceilDiv(missing, p.rate) {
+				s.V = p.capacity
+			} else {
+				s.V += (nowT - s.T) * p.rate
+			}
+		}
+		s.T = nowT
+	}
+	s.V = min(s.V, p.capacity)
+	return nowT
+}
+
+// leak brings a leaky bucket up to now and returns now in ticks.
+func (p *Params) leak(s *State, now int64) int64 {
+	nowT := now / p.tick
+	if fp := p.fingerprint(); s.W != fp {
+		if !p.convert(s, nowT) {
+			s.T, s.V = nowT, 0
+		}
+		s.W = fp
+	}
+	if nowT > s.T {
+		if s.V > 0 && p.rate > 0 {
+			if nowT-s.T >= ceilDiv(s.V, p.rate) {
+				s.V = 0
+			} else {
+				s.V -= (nowT - s.T) * p.rate
+			}
+		}
+		s.T = nowT
+	}
+	return nowT
+}
+
+// gcraNormalize brings a GCRA key up to now (a TAT in the past is now) and returns now in ticks.
+func (p *Params) gcraNormalize(s *State, now int64) int64 {
+	nowT := now / p.tick
+	if fp := p.fingerprint(); s.W != fp {
+		p.convert(s, nowT)
+		s.W = fp
+	}
+	if s.T < nowT || (s.T == nowT && s.V == 0) {
+		s.T, s.V = nowT, 0
+	}
+	return nowT
+}
+
+// gcraDebt is max(TAT, now) - now in 1/rate ticks: how far the key is ahead of its schedule.
+func (p *Params) gcraDebt(s *State, nowT int64) int64 {
+	if s.T < nowT {
+		return 0
+	}
+	return (s.T-nowT)*p.rate + s.V
+}
+
+// window returns the start (µs) of the window of length p.Period that holds now, aligned to the
+// Unix epoch.
+func (p *Params) window(now int64) int64 { return now - now%p.Period }
+
+func (p *Params) fixedWindow(s *State, now, cost int64) Result {
+	start := p.window(now)
+	if s.T != start {
+		s.T, s.V = start, 0
+	}
+	var r Result
+	count := s.V
+	switch {
+	case cost > p.Limit:
+		r.Reason = ReasonCostExceedsCapacity
+	case count+cost <= p.Limit:
+		r.Allowed = true
+		count += cost
+	default:
+		r.RetryAfter = start + p.Period - now
+	}
+	r.Remaining = max(0, p.Limit-count)
+	if count > 0 {
+		r.ResetAfter = start + p.Period - now
+	}
+	return r
+}
+
+func (p *Params) slidingCounter(s *State, now, cost int64) Result {
+	start := p.window(now)
+	if s.T != start {
+		if s.T == start-p.Period {
+			s.W = s.V
+		} else {
+			s.W = 0
+		}
+		s.T, s.V = start, 0
+	}
+	// The estimate W·(1-f) + V, with f = e/Pt, scaled by Pt so it stays an integer.
+	pt := p.periodTicks
+	e := (now - start) / p.tick
+	estimate := s.W*(pt-e) + s.V*pt
+	bound := p.Limit * pt
+	var r Result
+	current := s.V
+	switch {
+	case cost > p.Limit:
+		r.Reason = ReasonCostExceedsCapacity
+	case estimate+cost*pt <= bound:
+		r.Allowed = true
+		estimate += cost * pt
+		current += cost
+	case s.V+cost <= p.Limit:
+		// Only the previous window's fading weight is in the way: the earliest e' with
+		// W·(Pt-e') <= (N-V-cost)·Pt.
+		need := pt - (p.Limit-s.V-cost)*pt/s.W
+		r.RetryAfter = start + need*p.tick - now
+	default:
+		// This window's count must fade as the next window's previous one.
+		need := pt - (p.Limit-cost)*pt/s.V
+		r.RetryAfter = start + p.Period + need*p.tick - now
+	}
+	r.Remaining = max(0, bound-estimate) / pt
+	switch {
+	case current > 0:
+		r.ResetAfter = start + 2*p.Period - now
+	case s.W > 0:
+		r.ResetAfter = start + p.Period - now
+	}
+	return r
+}
+
+func (p *Params) slidingLog(s *State, now, cost int64) Result {
+	if s.Log != nil {
+		entries := s.Log.Entries
+		i := 0
+		for i < len(entries) && entries[i].At <= now-p.Period {
+			s.V -= entries[i].Cost
+			i++
+		}
+		s.Log.Entries = entries[i:]
+	}
+	var r Result
+	sum := s.V
+	switch {
+	case cost > p.Limit:
+		r.Reason = ReasonCostExceedsCapacity
+	case sum+cost <= p.Limit:
+		r.Allowed = true
+		sum += cost
+	default:
+		need, freed := sum+cost-p.Limit, int64(0)
+		for _, e := range s.Log.Entries {
+			if freed += e.Cost; freed >= need {
+				r.RetryAfter = e.At + p.Period - now
+				break
+			}
+		}
+	}
+	r.Remaining = max(0, p.Limit-sum)
+	switch {
+	case r.Allowed && cost > 0:
+		r.ResetAfter = p.Period
+	case s.Log != nil && len(s.Log.Entries) > 0:
+		r.ResetAfter = s.Log.Entries[len(s.Log.Entries)-1].At + p.Period - now
+	}
+	return r
+}

@@ -1,0 +1,108 @@
+// Package key builds bucket keys: a rule's id and version and the values of its key
+// attributes, each escaped so that no two different tuples give the same key, bounded in length,
+// and with the Redis hash tag (the caller's identity) in braces that no value can forge.
+//
+// Layout: sl:<rule>:<version>[:{<tag>}]:<part>:<part>...
+// Keys reach the store in plain text; where identifiers are secret, hash them before they
+// become attributes.
+package key
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// MaxPart is the longest escaped part kept verbatim; a longer value is replaced by '#' and the
+// hex of its SHA-256 (128 bits), so a key stays short whatever the caller sends.
+const MaxPart = 96
+
+// Prefix starts every bucket key, so Sluice's keys are easy to find and to keep apart from
+// other users of a shared Redis.
+const Prefix = "sl:"
+
+// escapeByte maps the bytes that carry structure to the letter of their escape: ':' separates
+// parts, '{' and '}' delimit the Redis hash tag, '#' marks a hashed part, '\' escapes.
+func escapeByte(c byte) byte {
+	switch c {
+	case ':':
+		return 'c'
+	case '{':
+		return 'o'
+	case '}':
+		return 'x'
+	case '#':
+		return 'h'
+	case '\\':
+		return '\\'
+	}
+	return 0
+}
+
+func escapedLen(v string) int {
+	n := len(v)
+	for i := 0; i < len(v); i++ {
+		if escapeByte(v[i]) != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// AppendPart appends v escaped, or hashed when its escaped form is longer than MaxPart.
+func AppendPart(dst []byte, v string) []byte {
+	if escapedLen(v) > MaxPart {
+		sum := sha256.Sum256([]byte(v))
+		dst = append(dst, '#')
+		return hex.AppendEncode(dst, sum[:16])
+	}
+	for i := 0; i < len(v); i++ {
+		if e := escapeByte(v[i]); e != 0 {
+			dst = append(dst, '\\', e)
+		} else {
+			dst = append(dst, v[i])
+		}
+	}
+	return dst
+}
+
+// AppendHead appends the part of a key that names the rule: the prefix, the rule's id and its
+// version.
+func AppendHead(dst []byte, rule, version string) []byte {
+	dst = append(dst, Prefix...)
+	dst = AppendPart(dst, rule)
+	dst = append(dst, ':')
+	return AppendPart(dst, version)
+}
+
+// AppendTag appends the hash tag of a caller, {kind=value}, where kind names which attribute
+// gave the identity (a=api_key, u=user, i=ip), so that all of one caller's limits share a
+// Redis hash slot.
+func AppendTag(dst []byte, kind byte, identity string) []byte {
+	dst = append(dst, ':', '{', kind, '=')
+	dst = AppendPart(dst, identity)
+	return append(dst, '}')
+}
+
+// AppendValue appends one more part, after a separator.
+func AppendValue(dst []byte, v string) []byte {
+	return AppendPart(append(dst, ':'), v)
+}
+
+// HashTag returns the part of k that decides its Redis hash slot: the text between the first
+// '{' and the next '}', or all of k when it has no tag.
+func HashTag(k []byte) []byte {
+	for i, c := range k {
+		if c == '{' {
+			for j := i + 1; j < len(k); j++ {
+				if k[j] == '}' {
+					if j > i+1 {
+						return k[i+1 : j]
+					}
+					return k
+				}
+			}
+			return k
+		}
+	}
+	return k
+}

@@ -1,0 +1,790 @@
+package envoyconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// LoadError is one problem in one file. Load and LoadDir return every LoadError they find
+// (up to maxErrors) joined with errors.Join, so one run of a config check shows them all;
+// use errors.As to reach the first.
+type LoadError struct {
+	File  string
+	Line  int
+	Field string // dotted path such as descriptors[0].rate_limit.unit
+	Msg   string
+}
+
+// Error formats the problem as file:line: field: message, the form editors can jump to.
+func (e *LoadError) Error() string {
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+}
+
+// maxErrors bounds the report for a badly broken folder; the first errors are the useful ones.
+const maxErrors = 20
+
+// nodeBudget bounds the YAML nodes visited per file, aliases included, so that a document of
+// nested aliases (a "billion laughs") is refused instead of expanded.
+const nodeBudget = 1 << 18
+
+// units are the reference service's units (the RateLimitResponse.RateLimit.Unit enum, UNKNOWN
+// excluded), with its fixed lengths for month and year.
+var units = map[string]time.Duration{
+	"SECOND": time.Second,
+	"MINUTE": time.Minute,
+	"HOUR":   time.Hour,
+	"DAY":    24 * time.Hour,
+	"WEEK":   7 * 24 * time.Hour,
+	"MONTH":  30 * 24 * time.Hour,
+	"YEAR":   365 * 24 * time.Hour,
+}
+
+const unitList = "second, minute, hour, day, week, month or year"
+
+// The fields accepted at each level: the reference service's own, plus algorithm and burst,
+// Sluice's extensions inside rate_limit.
+var (
+	rootFields       = []string{"domain", "descriptors"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
+	replacesFields  = []string{"name"}
+)
+
+// LoadDir loads every *.yaml and *.yml file of dir (not recursive; names starting with '.' are
+// skipped, which also skips the ..data entries of a Kubernetes ConfigMap volume). Symbolic links
+// are followed. With merge, one domain may span files (their top-level descriptors are merged;
+// the same key and value at the top level in two files is still an error); without it a domain
+// in two files is an error naming both.
+func LoadDir(dir string, merge bool) (*Config, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load envoy rate limit config %s: %w", dir, err)
+	}
+	files := make(map[string][]byte)
+	for _, e := range entries {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("load envoy rate limit config %s: %w", dir, err)
+		}
+		if fi.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("load envoy rate limit config %s: %w", dir, err)
+		}
+		files[path] = data
+	}
+	return Load(files, merge)
+}
+
+// Load is LoadDir for named in-memory files (name -> contents); names appear in errors. Files
+// are read in the order of their names, which decides, when a domain is merged, which file's
+// wildcards are tried first.
+func Load(files map[string][]byte, merge bool) (*Config, error) {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	var errs []error
+	c := &Config{domains: make(map[string]*domain)}
+	for _, name := range names {
+		f, ferrs := parseFile(name, files[name])
+		errs = append(errs, ferrs...)
+		if f == nil || len(errs) >= maxErrors {
+			continue
+		}
+		d := c.domains[f.domain]
+		if d == nil {
+			c.domains[f.domain] = &domain{name: f.domain, file: name, line: f.line, root: f.root, limits: f.limits}
+			c.names = append(c.names, f.domain)
+			continue
+		}
+		if !merge {
+			errs = append(errs, &LoadError{name, f.line, "domain",
+				fmt.Sprintf("domain %q is already defined in %s:%d (merging domains across files is off)", f.domain, d.file, d.line)})
+			continue
+		}
+		errs = append(errs, d.root.merge(&f.root, name)...)
+		d.limits = append(d.limits, f.limits...)
+	}
+	if len(errs) > 0 {
+		if len(errs) > maxErrors {
+			errs = errs[:maxErrors]
+		}
+		return nil, errors.Join(errs...)
+	}
+	slices.Sort(c.names)
+	return c, nil
+}
+
+// merge adds the top-level nodes of another file; like the reference service it merges only
+// this level, so the same key and value in both files is a conflict even when their nested
+// descriptors differ.
+func (lv *level) merge(other *level, file string) []error {
+	var errs []error
+	for _, n := range other.list {
+		if prev := lv.add(n); prev != nil {
+			errs = append(errs, &LoadError{file, n.line, "descriptors",
+				fmt.Sprintf("%s is already defined in %s:%d", describe(n), prev.file, prev.line)})
+		}
+	}
+	return errs
+}
+
+// add inserts n, or returns the node already holding its key and value.
+func (lv *level) add(n *node) *node {
+	k := entryKey{n.key, n.value}
+	if prev := lv.nodes[k]; prev != nil {
+		return prev
+	}
+	if lv.nodes == nil {
+		lv.nodes = make(map[entryKey]*node)
+	}
+	lv.nodes[k] = n
+	lv.list = append(lv.list, n)
+	if n.glob != nil {
+		if lv.wild == nil {
+			lv.wild = make(map[string][]*node)
+		}
+		lv.wild[n.key] = append(lv.wild[n.key], n)
+	}
+	return nil
+}
+
+func describe(n *node) string {
+	if n.value == "" {
+		return fmt.Sprintf("descriptor key %q (no value)", n.key)
+	}
+	return fmt.Sprintf("descriptor key %q value %q", n.key, n.value)
+}
+
+type fileConfig struct {
+	domain string
+	line   int
+	root   level
+	limits []*Limit
+}
+
+// parser walks one file's YAML nodes. It records errors and keeps going, so a file reports
+// all its problems at once.
+type parser struct {
+	file   string
+	domain string
+	errs   []error
+	budget int
+	limits []*Limit
+}
+
+// errBudget aborts a walk whose aliases expand past nodeBudget.
+var errBudget = errors.New("budget exhausted")
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
+	p := &parser{file: name, budget: nodeBudget}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if err == io.EOF {
+			return nil, []error{&LoadError{name, 1, "domain", "file is empty; want a domain and descriptors"}}
+		}
+		return nil, []error{yamlError(name, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		if err != nil {
+			return nil, []error{yamlError(name, err)}
+		}
+		return nil, []error{&LoadError{name, extra.Line, "document", "a second YAML document; put each domain in its own file"}}
+	}
+
+	defer func() {
+		if r := recover(); r != nil {
+			if r != errBudget {
+				panic(r)
+			}
+			f, errs = nil, append(p.errs, &LoadError{name, 1, "document",
+				fmt.Sprintf("aliases expand to more than %d YAML nodes", nodeBudget)})
+		}
+	}()
+
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	root = p.resolve(root)
+	if isNull(root) {
+		return nil, []error{&LoadError{name, 1, "domain", "file is empty; want a domain and descriptors"}}
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, []error{&LoadError{name, root.Line, "document", "must be a mapping with domain and descriptors, got " + kindName(root)}}
+	}
+
+	f = &fileConfig{line: root.Line}
+	var descs *yaml.Node
+	p.fields(root, "", rootFields, func(field string, k, v *yaml.Node) {
+		switch field {
+		case "domain":
+			f.domain, _ = p.str(v, field)
+			f.line = k.Line
+		case "descriptors":
+			descs = v
+		}
+	})
+	if f.domain == "" {
+		p.errorf(f.line, "domain", "must not be empty")
+		return nil, p.errs
+	}
+	p.domain = f.domain
+	if descs != nil {
+		p.descriptors(descs, "descriptors", "", nil, &f.root)
+	}
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	f.limits = p.limits
+	return f, nil
+}
+
+func yamlError(name string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 1
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	return &LoadError{name, line, "yaml", msg}
+}
+
+func (p *parser) errorf(line int, field, format string, args ...any) {
+	p.errs = append(p.errs, &LoadError{p.file, line, field, fmt.Sprintf(format, args...)})
+}
+
+// resolve follows aliases and charges the walk's budget.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	p.budget--
+	if p.budget < 0 {
+		panic(errBudget)
+	}
+	return n
+}
+
+// fields checks that m is a mapping of known, unique fields and calls f for each. Field names
+// are matched exactly, as the reference service does.
+func (p *parser) fields(m *yaml.Node, path string, allowed []string, f func(field string, k, v *yaml.Node)) {
+	seen := make(map[string]int, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := p.resolve(m.Content[i]), m.Content[i+1]
+		name := k.Value
+		full := join(path, name)
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			p.errorf(k.Line, join(path, "?"), "a field name must be a string, got %s", kindName(k))
+		case name == "<<":
+			p.errorf(k.Line, full, "YAML merge keys are not supported; repeat the fields")
+		case !slices.Contains(allowed, name):
+			p.errorf(k.Line, full, "unknown field%s (want one of %s)", suggest(name, allowed), strings.Join(allowed, ", "))
+		case seen[name] != 0:
+			p.errorf(k.Line, full, "duplicate field (first at line %d)", seen[name])
+		default:
+			seen[name] = k.Line
+			f(name, k, v)
+		}
+	}
+}
+
+// suggest names the allowed field a misspelling most likely meant.
+func suggest(name string, allowed []string) string {
+	best, bestD := "", 3
+	for _, a := range allowed {
+		if d := editDistance(strings.ToLower(name), a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %q?", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// descriptors loads a list of descriptors into lv. idPrefix and shared describe the ancestors:
+// the ID so far and the share_threshold patterns of the levels above.
+func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []string, lv *level) {
+	list = p.resolve(list)
+	if isNull(list) {
+		return
+	}
+	if list.Kind != yaml.SequenceNode {
+		p.errorf(list.Line, path, "must be a list of descriptors, got %s", kindName(list))
+		return
+	}
+	for i, item := range list.Content {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		item = p.resolve(item)
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item.Line, ipath, "must be a mapping with key, value, rate_limit, descriptors, ..., got %s", kindName(item))
+			continue
+		}
+		p.descriptor(item, ipath, idPrefix, shared, lv)
+	}
+}
+
+func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string, lv *level) {
+	n := &node{file: p.file, line: m.Line}
+	var rl, children, metadata *yaml.Node
+	var keyLine, shareLine, rlLine int
+	var shadow, quota, detailed, toMetric bool
+	p.fields(m, path, descriptorFields, func(field string, k, v *yaml.Node) {
+		fpath := join(path, field)
+		switch field {
+		case "key":
+			n.key, _ = p.str(v, fpath)
+			keyLine = k.Line
+		case "value":
+			n.value, _ = p.str(v, fpath)
+		case "rate_limit":
+			rl, rlLine = v, k.Line
+		case "descriptors":
+			children = v
+		case "shadow_mode":
+			shadow = p.boolean(v, fpath)
+		case "quota_mode":
+			quota = p.boolean(v, fpath)
+		case "detailed_metric":
+			detailed = p.boolean(v, fpath)
+		case "value_to_metric":
+			toMetric = p.boolean(v, fpath)
+		case "share_threshold":
+			n.share = p.boolean(v, fpath)
+			shareLine = k.Line
+		case "metadata":
+			metadata = v
+		}
+	})
+	if n.key == "" {
+		if keyLine == 0 {
+			keyLine = m.Line
+		}
+		p.errorf(keyLine, join(path, "key"), "must not be empty")
+		return
+	}
+	if strings.Contains(n.value, "*") {
+		n.glob = strings.Split(n.value, "*")
+	}
+	if n.share && n.glob == nil {
+		p.errorf(shareLine, join(path, "share_threshold"), "needs a wildcard value (one containing '*'), got %q", n.value)
+	}
+
+	id := escapeID(n.key)
+	if n.value != "" {
+		id += "=" + escapeID(n.value)
+	}
+	if idPrefix != "" {
+		id = idPrefix + "/" + id
+	}
+	pattern := ""
+	if n.share {
+		pattern = n.value
+	}
+	shared = append(shared[:len(shared):len(shared)], pattern)
+
+	if prev := lv.add(n); prev != nil {
+		p.errorf(m.Line, path, "duplicate %s (first at line %d)", describe(n), prev.line)
+	}
+
+	if rl != nil {
+		var md map[string]any
+		if metadata != nil {
+			md = p.metadata(metadata, join(path, "metadata"))
+		}
+		n.limit = p.rateLimit(rl, join(path, "rate_limit"), rlLine)
+		if n.limit != nil {
+			l := n.limit
+			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, toMetric, md
+			if slices.ContainsFunc(shared, func(s string) bool { return s != "" }) {
+				l.shared = shared
+			}
+			p.limits = append(p.limits, l)
+		}
+	} else if metadata != nil {
+		p.metadata(metadata, join(path, "metadata"))
+	}
+
+	if children != nil {
+		var kids level
+		p.descriptors(children, join(path, "descriptors"), id, shared, &kids)
+		if len(kids.nodes) > 0 {
+			n.children = &kids
+		}
+	}
+}
+
+// rateLimit compiles a rate_limit block; nil when it is null (the reference service reads a
+// null rate_limit as none) or invalid.
+func (p *parser) rateLimit(m *yaml.Node, path string, line int) *Limit {
+	m = p.resolve(m)
+	if isNull(m) {
+		return nil
+	}
+	if m.Kind != yaml.MappingNode {
+		p.errorf(m.Line, path, "must be a mapping with unit and requests_per_unit, got %s", kindName(m))
+		return nil
+	}
+	l := &Limit{Domain: p.domain, File: p.file, Line: line}
+	nerr := len(p.errs)
+	var unit, algo string
+	var unitLine, algoLine, burstLine int
+	var burst uint64
+	var replaces []*yaml.Node
+	p.fields(m, path, rateLimitFields, func(field string, k, v *yaml.Node) {
+		fpath := join(path, field)
+		switch field {
+		case "unit":
+			unit, _ = p.str(v, fpath)
+			unitLine = k.Line
+		case "requests_per_unit":
+			n, _ := p.uint(v, fpath, 32)
+			l.RequestsPerUnit = uint32(n)
+		case "unlimited":
+			l.Unlimited = p.boolean(v, fpath)
+		case "name":
+			l.Name, _ = p.str(v, fpath)
+		case "replaces":
+			replaces = p.replaces(v, fpath)
+		case "algorithm":
+			algo, _ = p.str(v, fpath)
+			algoLine = k.Line
+		case "burst":
+			burst, _ = p.uint(v, fpath, 40)
+			burstLine = k.Line
+		}
+	})
+
+	for i, r := range replaces {
+		rpath := fmt.Sprintf("%s.replaces[%d]", path, i)
+		var name string
+		var nameLine int
+		p.fields(r, rpath, replacesFields, func(_ string, k, v *yaml.Node) {
+			name, _ = p.str(v, join(rpath, "name"))
+			nameLine = k.Line
+		})
+		if nameLine == 0 {
+			nameLine = r.Line
+		}
+		switch {
+		case name == "":
+			p.errorf(nameLine, join(rpath, "name"), "must not be empty")
+		case name == l.Name:
+			p.errorf(nameLine, join(rpath, "name"), "a limit cannot replace itself (%q)", name)
+		default:
+			l.Replaces = append(l.Replaces, name)
+		}
+	}
+
+	if l.Unlimited {
+		if unitLine != 0 && unit != "" {
+			p.errorf(unitLine, join(path, "unit"), "must not be set when unlimited is true")
+		}
+		if algoLine != 0 {
+			p.errorf(algoLine, join(path, "algorithm"), "must not be set when unlimited is true")
+		}
+		if burstLine != 0 {
+			p.errorf(burstLine, join(path, "burst"), "must not be set when unlimited is true")
+		}
+		if len(p.errs) > nerr {
+			return nil
+		}
+		return l
+	}
+
+	period, ok := units[strings.ToUpper(unit)]
+	switch {
+	case unitLine == 0:
+		p.errorf(line, join(path, "unit"), "missing (want %s, or unlimited: true)", unitList)
+	case !ok:
+		p.errorf(unitLine, join(path, "unit"), "invalid unit %q (want %s)", unit, unitList)
+	}
+	l.Unit, l.Period = strings.ToLower(unit), period
+
+	kind := algorithm.FixedWindow
+	if algoLine != 0 {
+		k, err := algorithm.ParseKind(algo)
+		if err != nil {
+			p.errorf(algoLine, join(path, "algorithm"), "%v", err)
+		}
+		kind = k
+	}
+	if burstLine != 0 {
+		switch {
+		case burst == 0:
+			p.errorf(burstLine, join(path, "burst"), "must be at least 1")
+		case kind != 0 && !kind.IsBucket():
+			p.errorf(burstLine, join(path, "burst"), "only token_bucket, gcra and leaky_bucket take a burst, not %s", kind)
+		}
+	}
+	if len(p.errs) > nerr {
+		return nil
+	}
+	params, err := algorithm.NewParams(kind, int64(l.RequestsPerUnit), int64(burst), period)
+	if err != nil {
+		p.errorf(line, path, "%v", err)
+		return nil
+	}
+	l.Params = params
+	return l
+}
+
+func (p *parser) replaces(v *yaml.Node, path string) []*yaml.Node {
+	v = p.resolve(v)
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.errorf(v.Line, path, "must be a list of {name: ...}, got %s", kindName(v))
+		return nil
+	}
+	var out []*yaml.Node
+	for i, item := range v.Content {
+		item = p.resolve(item)
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item.Line, fmt.Sprintf("%s[%d]", path, i), "must be a mapping {name: ...}, got %s", kindName(item))
+			continue
+		}
+		out = append(out, item)
+	}
+	return out
+}
+
+// str reads a string field. Any scalar is taken as the text written, as the reference service
+// does (value: 10 is "10"); null is "".
+func (p *parser) str(v *yaml.Node, path string) (string, bool) {
+	v = p.resolve(v)
+	if isNull(v) {
+		return "", true
+	}
+	if v.Kind != yaml.ScalarNode {
+		p.errorf(v.Line, path, "must be a string, got %s", kindName(v))
+		return "", false
+	}
+	return v.Value, true
+}
+
+// YAML 1.1 booleans, which the reference service's YAML library (yaml.v2) accepts; yaml.v3
+// alone would read yes and on as strings.
+var (
+	yamlTrue  = []string{"true", "True", "TRUE", "yes", "Yes", "YES", "y", "Y", "on", "On", "ON"}
+	yamlFalse = []string{"false", "False", "FALSE", "no", "No", "NO", "n", "N", "off", "Off", "OFF"}
+)
+
+func (p *parser) boolean(v *yaml.Node, path string) bool {
+	v = p.resolve(v)
+	if isNull(v) {
+		return false
+	}
+	if v.Kind == yaml.ScalarNode && plain(v) {
+		if slices.Contains(yamlTrue, v.Value) {
+			return true
+		}
+		if slices.Contains(yamlFalse, v.Value) {
+			return false
+		}
+	}
+	p.errorf(v.Line, path, "must be true or false, got %s", describeScalar(v))
+	return false
+}
+
+// uint reads a non-negative integer of at most bits bits. Like yaml.v2 it takes 0x, 0o and 0b
+// prefixes, a leading 0 as octal and '_' separators; quoted numbers and floats are refused.
+func (p *parser) uint(v *yaml.Node, path string, bits int) (uint64, bool) {
+	v = p.resolve(v)
+	if isNull(v) {
+		return 0, true
+	}
+	if v.Kind == yaml.ScalarNode && plain(v) {
+		s := strings.TrimPrefix(strings.ReplaceAll(v.Value, "_", ""), "+")
+		if strings.HasPrefix(s, "-") {
+			if _, err := strconv.ParseInt(s, 0, 64); err == nil {
+				p.errorf(v.Line, path, "must not be negative, got %s", v.Value)
+				return 0, false
+			}
+		}
+		n, err := strconv.ParseUint(s, 0, bits)
+		if err == nil {
+			return n, true
+		}
+		if errors.Is(err, strconv.ErrRange) {
+			p.errorf(v.Line, path, "must be at most %d, got %s", uint64(1)<<bits-1, v.Value)
+			return 0, false
+		}
+	}
+	p.errorf(v.Line, path, "must be a whole number, got %s", describeScalar(v))
+	return 0, false
+}
+
+// metadata converts a free-form mapping to plain Go values (map[string]any, []any, string,
+// int64, uint64, float64, bool, nil), as the reference service passes it on without validating it.
+func (p *parser) metadata(v *yaml.Node, path string) map[string]any {
+	v = p.resolve(v)
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.MappingNode {
+		p.errorf(v.Line, path, "must be a mapping, got %s", kindName(v))
+		return nil
+	}
+	m, _ := p.anyValue(v, path).(map[string]any)
+	return m
+}
+
+func (p *parser) anyValue(v *yaml.Node, path string) any {
+	v = p.resolve(v)
+	switch v.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(v.Content)/2)
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k := p.resolve(v.Content[i])
+			if k.Kind != yaml.ScalarNode {
+				p.errorf(k.Line, path, "a metadata key must be a string, got %s", kindName(k))
+				continue
+			}
+			if _, dup := m[k.Value]; dup {
+				p.errorf(k.Line, join(path, k.Value), "duplicate field")
+				continue
+			}
+			m[k.Value] = p.anyValue(v.Content[i+1], join(path, k.Value))
+		}
+		return m
+	case yaml.SequenceNode:
+		s := make([]any, len(v.Content))
+		for i, e := range v.Content {
+			s[i] = p.anyValue(e, fmt.Sprintf("%s[%d]", path, i))
+		}
+		return s
+	case yaml.ScalarNode:
+		return scalarValue(v)
+	}
+	return nil
+}
+
+// scalarValue reads a metadata scalar by its resolved tag, without yaml.v3's reflection-based
+// decoder, which is slow enough per call to matter for large metadata.
+func scalarValue(v *yaml.Node) any {
+	switch v.ShortTag() {
+	case "!!null":
+		return nil
+	case "!!bool":
+		if b, err := strconv.ParseBool(strings.ToLower(v.Value)); err == nil {
+			return b
+		}
+	case "!!int":
+		s := strings.ReplaceAll(v.Value, "_", "")
+		if n, err := strconv.ParseInt(s, 0, 64); err == nil {
+			return n
+		}
+		if n, err := strconv.ParseUint(s, 0, 64); err == nil {
+			return n
+		}
+	case "!!float":
+		switch strings.ToLower(strings.TrimLeft(v.Value, "+")) {
+		case ".inf":
+			return math.Inf(1)
+		case "-.inf":
+			return math.Inf(-1)
+		case ".nan":
+			return math.NaN()
+		}
+		if f, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64); err == nil {
+			return f
+		}
+	}
+	return v.Value // strings, and timestamps and binary as written
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+}
+
+// plain reports an unquoted, untagged-as-string scalar: the only kind yaml.v2 would read as a
+// bool or a number.
+func plain(n *yaml.Node) bool {
+	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+		return false
+	}
+	return n.Style&yaml.TaggedStyle == 0 || n.ShortTag() != "!!str"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "null"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func describeScalar(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && !plain(n) {
+		return fmt.Sprintf("the string %q", n.Value)
+	}
+	return kindName(n)
+}

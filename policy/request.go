@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"unicode/utf8"
+)
+
+// Request holds the attributes of one request to rate-limit (DESIGN.md, Request attributes).
+type Request struct {
+	Tenant   string `json:"tenant,omitempty"`
+	User     string `json:"user,omitempty"`
+	APIKey   string `json:"api_key,omitempty"`
+	IP       string `json:"ip,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Method   string `json:"method,omitempty"`
+	Tier     string `json:"tier,omitempty"`
+	// Descriptors are free-form attributes that rules can match and key on.
+	Descriptors map[string]string `json:"descriptors,omitempty"`
+	// Cost is what the request consumes from each of its limits. The zero value means 1; to
+	// look without consuming, use the limiter's Quota.
+	Cost int64 `json:"cost,omitempty"`
+	// IdempotencyKey, when set, makes a retry of the same request inside the key's TTL return
+	// the first decision and consume nothing again.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// Bounds on request attributes. Keys hash long values anyway; these bounds keep hostile input
+// from costing memory and CPU before it is rejected.
+const (
+	MaxAttribute   = 1024
+	MaxDescriptors = 32
+	MaxCost        = 1 << 30
+)
+
+// ErrInvalid is wrapped by every error that reports bad input: a request field or a policy
+// field. Servers answer it with 400 or InvalidArgument.
+var ErrInvalid = errors.New("invalid argument")
+
+// FieldError names the input field that is wrong and why. File and Line locate policy errors.
+type FieldError struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	switch {
+	case e.File != "" && e.Line > 0:
+		return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+	case e.File != "":
+		return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg)
+	case e.Line > 0:
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Unwrap makes every FieldError match ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// Identity is the attribute that identifies the caller: api_key, else user, else ip. kind is
+// 'a', 'u' or 'i', or 0 when the request has none.
+func (r *Request) Identity() (kind byte, value string) {
+	switch {
+	case r.APIKey != "":
+		return 'a', r.APIKey
+	case r.User != "":
+		return 'u', r.User
+	case r.IP != "":
+		return 'i', r.IP
+	}
+	return 0, ""
+}
+
+// Validate checks the request's bounds: cost, attribute lengths, UTF-8 and the IP's form.
+func (r *Request) Validate() error {
+	if r.Cost < 0 {
+		return &FieldError{Field: "cost", Msg: "must be >= 0"}
+	}
+	if r.Cost > MaxCost {
+		return &FieldError{Field: "cost", Msg: fmt.Sprintf("must be <= %d", MaxCost)}
+	}
+	for _, a := range [...]struct{ name, v string }{
+		{"tenant", r.Tenant}, {"user", r.User}, {"api_key", r.APIKey}, {"ip", r.IP},
+		{"endpoint", r.Endpoint}, {"method", r.Method}, {"tier", r.Tier}, {"idempotency_key", r.IdempotencyKey},
+	} {
+		if err := checkAttribute(a.name, a.v); err != nil {
+			return err
+		}
+	}
+	if len(r.Descriptors) > MaxDescriptors {
+		return &FieldError{Field: "descriptors", Msg: fmt.Sprintf("at most %d entries", MaxDescriptors)}
+	}
+	for k, v := range r.Descriptors {
+		if k == "" {
+			return &FieldError{Field: "descriptors", Msg: "empty key"}
+		}
+		if err := checkAttribute("descriptors key", k); err != nil {
+			return err
+		}
+		if err := checkAttribute("descriptors."+k, v); err != nil {
+			return err
+		}
+	}
+	if r.IP != "" {
+		if _, err := netip.ParseAddr(r.IP); err != nil {
+			return &FieldError{Field: "ip", Msg: fmt.Sprintf("%q is not an IP address", r.IP)}
+		}
+	}
+	return nil
+}
+
+func checkAttribute(name, v string) error {
+	if len(v) > MaxAttribute {
+		return &FieldError{Field: name, Msg: fmt.Sprintf("longer than %d bytes", MaxAttribute)}
+	}
+	if !utf8.ValidString(v) {
+		return &FieldError{Field: name, Msg: "not valid UTF-8"}
+	}
+	return nil
+}

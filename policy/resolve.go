@@ -1,0 +1,228 @@
+package policy
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+)
+
+// Limit is one limit that applies to a request: its rule, effective parameters and bucket key.
+type Limit struct {
+	Rule   *CompiledRule
+	Spec   *Spec            // the nominal numbers (after tier and override)
+	Params algorithm.Params // effective parameters (after the hard threshold)
+	Key    []byte
+
+	// Banned is set when an override bans the target: the limit denies until BannedUntil.
+	Banned      bool
+	BannedUntil time.Time
+	// Override is the reason and source of the override that shaped this limit, if any.
+	Override *compiledOverride
+
+	spec       Spec // storage for Spec when an override derives new numbers
+	keyStart   int
+	keyEnd     int
+	overridden bool
+}
+
+// OverrideReason returns the reason and source of the override that shaped l, if any.
+func (l *Limit) OverrideReason() (reason, source string, ok bool) {
+	if l.Override == nil {
+		return "", "", false
+	}
+	return l.Override.Reason, l.Override.Source, true
+}
+
+// Scratch holds the buffers Resolve works in. A caller that keeps one per goroutine (or per
+// reused decision) resolves without allocating.
+type Scratch struct {
+	Limits []Limit
+	keys   []byte
+	cands  []int32
+}
+
+// Exempt reports whether r comes from an exempt caller: allowed and not counted.
+func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
+
+// Resolve finds the limits that apply to r at now (for override expiry) and builds their keys.
+// The result lives in sc and is valid until sc is used again.
+func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
+	sc.Limits, sc.keys = sc.Limits[:0], sc.keys[:0]
+	sc.cands = s.index.candidates(r, sc.cands[:0])
+	if len(sc.cands) > 1 {
+		slices.Sort(sc.cands)
+	}
+	prev := int32(-1)
+	for _, i := range sc.cands {
+		if i == prev { // a rule appears once, but stay safe against double filing
+			continue
+		}
+		prev = i
+		rule := s.rules[i]
+		if !rule.matches(r) {
+			continue
+		}
+		sc.Limits = append(sc.Limits, Limit{Rule: rule})
+		l := &sc.Limits[len(sc.Limits)-1]
+		l.Spec = rule.spec(r.Tier)
+		l.Params = l.Spec.Params
+		if len(s.overrides) > 0 {
+			s.applyOverride(l, r, now)
+		}
+		l.keyStart = len(sc.keys)
+		sc.keys = rule.appendKey(sc.keys, r)
+		l.keyEnd = len(sc.keys)
+	}
+	// Keys are sliced only now: appending above may have moved the buffer.
+	for i := range sc.Limits {
+		l := &sc.Limits[i]
+		l.Key = sc.keys[l.keyStart:l.keyEnd:l.keyEnd]
+		if l.overridden {
+			l.Spec = &l.spec
+		}
+	}
+	return sc.Limits
+}
+
+// BanFor returns the ban that the most specific override for r sets at now when no rule
+// matched r, so that a banned caller is denied even where no rule counts it.
+func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason string, ok bool) {
+	if len(s.overrides) == 0 {
+		return time.Time{}, "", false
+	}
+	if o := s.findOverride(r, "", now); o != nil && o.kind == overrideBan {
+		return o.expiresAt, o.Reason, true
+	}
+	return time.Time{}, "", false
+}
+
+// findOverride returns the most specific live override for r and rule: tenant+user+endpoint,
+// then tenant+user, then tenant+endpoint, then tenant.
+func (s *Snapshot) findOverride(r *Request, rule string, now time.Time) *compiledOverride {
+	for _, t := range [...]target{
+		{r.Tenant, r.User, r.Endpoint},
+		{r.Tenant, r.User, ""},
+		{r.Tenant, "", r.Endpoint},
+		{r.Tenant, "", ""},
+	} {
+		if t == (target{}) {
+			continue
+		}
+		// At one target, an override naming this rule beats one for every rule.
+		var general *compiledOverride
+		for _, o := range s.overrides[t] {
+			if !now.Before(o.expiresAt) {
+				continue
+			}
+			if o.rule == rule && rule != "" {
+				return o
+			}
+			if o.rule == "" && general == nil {
+				general = o
+			}
+		}
+		if general != nil {
+			return general
+		}
+	}
+	return nil
+}
+
+func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time) {
+	o := s.findOverride(r, l.Rule.Name, now)
+	if o == nil {
+		return
+	}
+	l.Override = o
+	base := l.Spec
+	var limit, burst int64
+	switch o.kind {
+	case overrideBan:
+		l.Banned, l.BannedUntil = true, o.expiresAt
+		return
+	case overrideMultiplier:
+		limit = int64(math.Floor(float64(base.Limit) * o.value))
+		burst = int64(math.Floor(float64(base.Burst) * o.value))
+	case overrideCustom:
+		limit, burst = o.limit, o.burst
+		if burst == 0 {
+			burst = limit
+		}
+	}
+	spec, err := newSpec(base.Params.Kind, limit, burst, base.Period, base.Soft, base.Hard)
+	if err != nil {
+		// An override too large to count exactly keeps the rule's own limit rather than failing
+		// every request; Compile cannot see this because it depends on the tier.
+		return
+	}
+	l.spec, l.overridden = spec, true
+	l.Params = spec.Params
+}
+
+// appendKey appends the bucket key of c for r.
+func (c *CompiledRule) appendKey(dst []byte, r *Request) []byte {
+	dst = append(dst, c.head...)
+	if c.tagged {
+		kind, v := c.tag(r)
+		dst = key.AppendTag(dst, kind, v)
+	}
+	for _, a := range c.key {
+		if a.kind == attrIdentity {
+			// The kind is part of the value: user "x" and api key "x" are different callers.
+			kind, v := r.Identity()
+			dst = append(dst, ':', identityByte(kind), '=')
+			dst = key.AppendPart(dst, v)
+			continue
+		}
+		dst = key.AppendValue(dst, a.value(r))
+	}
+	return dst
+}
+
+// tag picks the most specific identity among c's key attributes: api_key, then user, then ip.
+func (c *CompiledRule) tag(r *Request) (byte, string) {
+	best, kind, v := 99, byte(0), ""
+	for _, a := range c.key {
+		var k byte
+		var val string
+		switch a.kind {
+		case attrAPIKey:
+			k, val = 'a', r.APIKey
+		case attrUser:
+			k, val = 'u', r.User
+		case attrIP:
+			k, val = 'i', r.IP
+		case attrIdentity:
+			k, val = r.Identity()
+		default:
+			continue
+		}
+		if rank := identityRank(k); rank < best {
+			best, kind, v = rank, k, val
+		}
+	}
+	return identityByte(kind), v
+}
+
+func identityRank(kind byte) int {
+	switch kind {
+	case 'a':
+		return 0
+	case 'u':
+		return 1
+	case 'i':
+		return 2
+	}
+	return 3
+}
+
+// identityByte spells "no identity" as '-' so that keys stay printable.
+func identityByte(kind byte) byte {
+	if kind == 0 {
+		return '-'
+	}
+	return kind
+}

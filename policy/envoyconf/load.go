@@ -37,9 +37,16 @@ func (e *LoadError) Error() string {
 // maxErrors bounds the report for a badly broken folder; the first errors are the useful ones.
 const maxErrors = 20
 
-// nodeBudget bounds the YAML nodes visited per file, aliases included, so that a document of
-// nested aliases (a "billion laughs") is refused instead of expanded.
-const nodeBudget = 1 << 18
+// nodeBudget bounds the YAML nodes visited in a file of size bytes, aliases included, so that
+// a document of nested aliases (a "billion laughs") is refused instead of expanded. A file
+// without aliases cannot hold more nodes than it has bytes, and the walk visits each node
+// about once, so the bound only ever stops alias expansion.
+func nodeBudget(size int) int { return 4*size + 4096 }
+
+// maxDepth bounds how deep descriptors and metadata nest. Real files stay within a handful of
+// levels; the bound turns a recursive alias (a list that contains itself), which yaml.v3 builds
+// without complaint, into an error instead of an endless walk.
+const maxDepth = 64
 
 // units are the reference service's units (the RateLimitResponse.RateLimit.Unit enum, UNKNOWN
 // excluded), with its fixed lengths for month and year.
@@ -196,6 +203,7 @@ type parser struct {
 	domain string
 	errs   []error
 	budget int
+	depth  int
 	limits []*Limit
 }
 
@@ -205,7 +213,7 @@ var errBudget = errors.New("budget exhausted")
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
-	p := &parser{file: name, budget: nodeBudget}
+	p := &parser{file: name, budget: nodeBudget(len(data))}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -228,7 +236,7 @@ func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
 				panic(r)
 			}
 			f, errs = nil, append(p.errs, &LoadError{name, 1, "document",
-				fmt.Sprintf("aliases expand to more than %d YAML nodes", nodeBudget)})
+				fmt.Sprintf("aliases expand to more than %d YAML nodes", nodeBudget(len(data)))})
 		}
 	}()
 
@@ -281,6 +289,9 @@ func yamlError(name string, err error) error {
 }
 
 func (p *parser) errorf(line int, field, format string, args ...any) {
+	if len(p.errs) >= maxErrors {
+		return
+	}
 	p.errs = append(p.errs, &LoadError{p.file, line, field, fmt.Sprintf(format, args...)})
 }
 
@@ -372,6 +383,12 @@ func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []st
 		p.errorf(list.Line, path, "must be a list of descriptors, got %s", kindName(list))
 		return
 	}
+	if p.depth >= maxDepth {
+		p.errorf(list.Line, path, "descriptors nest deeper than %d levels (a recursive alias?)", maxDepth)
+		return
+	}
+	p.depth++
+	defer func() { p.depth-- }()
 	for i, item := range list.Content {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
 		item = p.resolve(item)
@@ -692,6 +709,14 @@ func (p *parser) metadata(v *yaml.Node, path string) map[string]any {
 
 func (p *parser) anyValue(v *yaml.Node, path string) any {
 	v = p.resolve(v)
+	if v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode {
+		if p.depth >= maxDepth {
+			p.errorf(v.Line, path, "metadata nests deeper than %d levels (a recursive alias?)", maxDepth)
+			return nil
+		}
+		p.depth++
+		defer func() { p.depth-- }()
+	}
 	switch v.Kind {
 	case yaml.MappingNode:
 		m := make(map[string]any, len(v.Content)/2)

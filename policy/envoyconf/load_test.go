@@ -237,6 +237,10 @@ func TestLoadErrors(t *testing.T) {
 		{"merge conflict", map[string]string{"a.yaml": head + "  - key: k\n", "b.yaml": head + "  - key: x\n  - key: k\n"}, true, "b.yaml", 4, "descriptors", `descriptor key "k" (no value) is already defined in a.yaml:3`},
 		{"merge conflict with nested children", map[string]string{"a.yaml": head + "  - key: k\n    value: v\n    descriptors: [{key: a}]\n", "b.yaml": head + "  - key: k\n    value: v\n    descriptors: [{key: b}]\n"}, true, "b.yaml", 3, "descriptors", "already defined in a.yaml:3"},
 		{"alias bomb", one(aliasBomb), false, "bad.yaml", 1, "document", "aliases expand"},
+		{"recursive alias in descriptors", one("domain: d\ndescriptors: &a\n  - key: k\n    descriptors: *a\n"), false, "bad.yaml", 2,
+			strings.Repeat("descriptors[0].", maxDepth) + "descriptors", "a recursive alias?"},
+		{"recursive alias in metadata", one(head + "  - key: k\n    metadata: &m {a: *m}\n"), false, "bad.yaml", 4,
+			"descriptors[0].metadata" + strings.Repeat(".a", maxDepth-1), "a recursive alias?"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

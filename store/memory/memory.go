@@ -1,0 +1,369 @@
+// Package memory is Sluice's embedded store: lock-striped maps in the process, with idle keys
+// expired and state snapshotted to disk so a restart keeps quota.
+package memory
+
+import (
+	"bytes"
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
+)
+
+// numShards spreads keys over independent mutexes. A sharded mutex map measured faster than
+// channel-fed workers for this kind of map (STYLE.md, Gubernator); 256 keeps contention low on
+// big machines and costs 16 KiB.
+const numShards = 256
+
+// maxInline is how many ops a batch handles without allocating its bookkeeping.
+const maxInline = 8
+
+// Store is the in-memory store. Create it with New; Close stops its background work and writes
+// a last snapshot.
+type Store struct {
+	shards [numShards]shard
+	idem   [numShards]idemShard
+	seed   maphash.Seed
+	clock  func() int64
+	log    *slog.Logger
+
+	snapshotPath     string
+	snapshotInterval time.Duration
+	sweepInterval    time.Duration
+	commits          atomic.Uint64 // changes since start; the snapshotter writes when it moved
+	lastSnapshot     atomic.Uint64 // commits at the last snapshot written
+
+	stop chan struct{}
+	done sync.WaitGroup
+	once sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*entry
+	_  [48]byte // keep neighbouring mutexes off one cache line
+}
+
+type entry struct {
+	st     algorithm.State
+	idleAt int64 // µs; after it the state is as good as fresh
+}
+
+type idemShard struct {
+	mu sync.Mutex
+	m  map[string]*idemEntry
+	_  [48]byte
+}
+
+type idemEntry struct {
+	results []algorithm.Result
+	idleAt  int64
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the store's clock, in microseconds since the Unix epoch. Tests drive time with
+// it; the default is the process's monotonic clock anchored to the wall clock at start.
+func WithClock(now func() int64) Option { return func(s *Store) { s.clock = now } }
+
+// WithSnapshot makes the store load path at start and write it every interval (when anything
+// changed) and at Close. An interval <= 0 writes only at Close.
+func WithSnapshot(path string, interval time.Duration) Option {
+	return func(s *Store) { s.snapshotPath, s.snapshotInterval = path, interval }
+}
+
+// WithLogger sets the logger for snapshot and sweep problems.
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
+
+// WithSweepInterval sets how often idle keys are dropped (default 1 s; <= 0 never, for tests).
+func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepInterval = d } }
+
+// New returns a Store. With a snapshot path it first loads what the file holds; a missing file
+// is a clean start, and a corrupt or truncated one is logged and read as far as it is sound.
+func New(opts ...Option) *Store {
+	s := &Store{seed: maphash.MakeSeed(), log: slog.Default(), sweepInterval: time.Second, stop: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].m = map[string]*entry{}
+		s.idem[i].m = map[string]*idemEntry{}
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.clock == nil {
+		s.clock = MonotonicClock()
+	}
+	if s.snapshotPath != "" {
+		s.loadFile(s.snapshotPath)
+		if s.snapshotInterval > 0 {
+			s.done.Add(1)
+			go s.every(s.snapshotInterval, func() { s.snapshotIfChanged() })
+		}
+	}
+	if s.sweepInterval > 0 {
+		s.done.Add(1)
+		go s.every(s.sweepInterval, func() { s.Sweep() })
+	}
+	return s
+}
+
+// MonotonicClock returns a clock in µs since the Unix epoch that never goes backwards: the
+// wall clock read once, advanced by the monotonic clock.
+func MonotonicClock() func() int64 {
+	start := time.Now()
+	base := start.UnixMicro()
+	return func() int64 { return base + int64(time.Since(start)/time.Microsecond) }
+}
+
+// Now returns the store's clock in µs.
+func (s *Store) Now() int64 { return s.clock() }
+
+func (s *Store) every(d time.Duration, f func()) {
+	defer s.done.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Close stops the background work and writes a final snapshot.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		s.done.Wait()
+		if s.snapshotPath != "" {
+			err = s.WriteSnapshot(s.snapshotPath)
+		}
+	})
+	return err
+}
+
+func (s *Store) shardOf(k []byte) int { return int(maphash.Bytes(s.seed, k) % numShards) }
+
+// pending is the bookkeeping of one op while its batch is decided.
+type pending struct {
+	shard  int
+	e      *entry
+	isNew  bool // not in the map yet: inserted only if the batch commits
+	undo   algorithm.Undo
+	idleAt int64
+	commit bool
+}
+
+// Apply decides every op of b at one instant and consumes all of them only if every non-shadow
+// op is allowed. results[i] receives op i's result; replayed reports an idempotent replay.
+// It never fails: the error is for the Store interface.
+func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Result) (replayed bool, err error) {
+	if len(b.IdempotencyKey) == 0 {
+		s.apply(b.Ops, results, s.clock())
+		return false, nil
+	}
+	// The idempotency stripe is locked before any bucket stripe, always, so two retries of one
+	// request cannot both miss and both consume.
+	is := &s.idem[s.shardOf(b.IdempotencyKey)]
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	now := s.clock()
+	if e := is.m[string(b.IdempotencyKey)]; e != nil && e.idleAt > now {
+		for i := range results {
+			if i < len(e.results) {
+				results[i] = e.results[i]
+			} else {
+				// The policy changed between the tries: report the extra limit as untouched.
+				results[i] = algorithm.Result{Allowed: true}
+			}
+		}
+		return true, nil
+	}
+	s.apply(b.Ops, results, now)
+	is.m[string(b.IdempotencyKey)] = &idemEntry{
+		results: append([]algorithm.Result(nil), results...),
+		idleAt:  now + b.IdempotencyTTL.Microseconds(),
+	}
+	s.commits.Add(1)
+	return false, nil
+}
+
+func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
+	var inline [maxInline]pending
+	var fresh [maxInline]entry
+	ps := inline[:0]
+	if len(ops) > maxInline {
+		ps = make([]pending, 0, len(ops))
+	}
+	for i := range ops {
+		ps = append(ps, pending{shard: s.shardOf(ops[i].Key)})
+	}
+	s.lock(ps)
+	defer s.unlock(ps)
+
+	allowed := true
+	for i := range ops {
+		op, p := &ops[i], &ps[i]
+		p.e = s.lookup(ops, ps, i, now)
+		if p.e == nil {
+			p.isNew = true
+			if i < maxInline {
+				p.e = &fresh[i] // copied to the heap only if the batch commits
+			} else {
+				p.e = &entry{}
+			}
+		}
+		r := algorithm.Decide(op.Params, &p.e.st, now, op.Cost)
+		results[i] = r
+		if !r.Allowed {
+			allowed = allowed && op.Shadow
+			continue
+		}
+		if op.Cost > 0 {
+			// Commit at once so that a later op on the same key sees it; undo if a sibling denies.
+			p.undo = algorithm.Save(&p.e.st)
+			p.idleAt = algorithm.Commit(op.Params, &p.e.st, now, op.Cost)
+			p.commit = true
+		}
+	}
+	if !allowed {
+		for i := len(ops) - 1; i >= 0; i-- {
+			if ps[i].commit {
+				ps[i].undo.Restore(&ps[i].e.st)
+			}
+		}
+		// Allowed ops of a denied batch consumed nothing: report what they really have left.
+		for i := range ops {
+			if results[i].Allowed && ops[i].Cost > 0 {
+				r := algorithm.Decide(ops[i].Params, &ps[i].e.st, now, 0)
+				results[i].Remaining, results[i].ResetAfter, results[i].Delay = r.Remaining, r.ResetAfter, 0
+			}
+		}
+		return
+	}
+	changed := false
+	for i := range ops {
+		if ps[i].commit {
+			changed = true
+			ps[i].e.idleAt = max(ps[i].e.idleAt, ps[i].idleAt)
+		}
+	}
+	// Insert new keys last, once each: two ops on one new key share one pending entry.
+	for i := range ops {
+		if p := &ps[i]; p.commit && p.isNew {
+			m := s.shards[p.shard].m
+			if _, ok := m[string(ops[i].Key)]; !ok {
+				e := new(entry)
+				*e = *p.e
+				m[string(ops[i].Key)] = e
+			}
+		}
+	}
+	if changed {
+		s.commits.Add(1)
+	}
+}
+
+// lookup finds op i's entry: an earlier op of the batch on the same key shares it, else the
+// map's, with an idle one cleared to fresh.
+func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) *entry {
+	for j := range i {
+		if ps[j].shard == ps[i].shard && bytes.Equal(ops[j].Key, ops[i].Key) {
+			ps[i].isNew = ps[j].isNew
+			return ps[j].e
+		}
+	}
+	e := s.shards[ps[i].shard].m[string(ops[i].Key)]
+	if e != nil && e.idleAt <= now {
+		*e = entry{} // as good as fresh, and cheaper than a delete and an insert
+	}
+	return e
+}
+
+// lock takes the batch's stripes in ascending order, each once, so batches never deadlock.
+func (s *Store) lock(ps []pending) {
+	last := -1
+	for {
+		next := numShards
+		for i := range ps {
+			if ps[i].shard > last && ps[i].shard < next {
+				next = ps[i].shard
+			}
+		}
+		if next == numShards {
+			return
+		}
+		s.shards[next].mu.Lock()
+		last = next
+	}
+}
+
+func (s *Store) unlock(ps []pending) {
+	for i := range ps {
+		first := true
+		for j := range i {
+			if ps[j].shard == ps[i].shard {
+				first = false
+				break
+			}
+		}
+		if first {
+			s.shards[ps[i].shard].mu.Unlock()
+		}
+	}
+}
+
+// Reset drops the state of keys, restoring them to full.
+func (s *Store) Reset(_ context.Context, keys [][]byte) error {
+	for _, k := range keys {
+		sh := &s.shards[s.shardOf(k)]
+		sh.mu.Lock()
+		delete(sh.m, string(k))
+		sh.mu.Unlock()
+	}
+	s.commits.Add(1)
+	return nil
+}
+
+// Sweep drops idle keys and expired idempotency records, one stripe at a time so no lock is
+// held for long.
+func (s *Store) Sweep() {
+	now := s.clock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.idleAt <= now {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+		is := &s.idem[i]
+		is.mu.Lock()
+		for k, e := range is.m {
+			if e.idleAt <= now {
+				delete(is.m, k)
+			}
+		}
+		is.mu.Unlock()
+	}
+}
+
+// Len returns the number of keys held, idle ones not yet swept included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].m)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}

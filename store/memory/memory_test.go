@@ -1,0 +1,337 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
+)
+
+const t0 = int64(1_800_000_000_000_000)
+
+// fakeClock is the only fake these tests use: time.
+type fakeClock struct{ now atomic.Int64 }
+
+func newClock() *fakeClock {
+	c := &fakeClock{}
+	c.now.Store(t0)
+	return c
+}
+func (c *fakeClock) Now() int64          { return c.now.Load() }
+func (c *fakeClock) Add(d time.Duration) { c.now.Add(d.Microseconds()) }
+func newStore(c *fakeClock, o ...Option) *Store {
+	return New(append([]Option{WithClock(c.Now), WithSweepInterval(0)}, o...)...)
+}
+
+func params(t testing.TB, k algorithm.Kind, n int64, period time.Duration) *algorithm.Params {
+	t.Helper()
+	p, err := algorithm.NewParams(k, n, 0, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &p
+}
+
+func apply(t testing.TB, s *Store, ops ...store.Op) []algorithm.Result {
+	t.Helper()
+	res := make([]algorithm.Result, len(ops))
+	if _, err := s.Apply(context.Background(), &store.Batch{Ops: ops}, res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func op(k string, p *algorithm.Params, cost int64) store.Op {
+	return store.Op{Key: []byte(k), Params: p, Cost: cost}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	big := params(t, algorithm.TokenBucket, 10, time.Second)
+	small := params(t, algorithm.FixedWindow, 2, time.Minute)
+
+	// Two requests fit both limits; the third is denied by the small one and must not
+	// consume from the big one.
+	for i := range 3 {
+		res := apply(t, s, op("big", big, 1), op("small", small, 1))
+		wantAllowed := i < 2
+		if res[1].Allowed != wantAllowed {
+			t.Fatalf("request %d: small allowed=%v", i, res[1].Allowed)
+		}
+		if !res[0].Allowed {
+			t.Fatalf("request %d: big denied", i)
+		}
+		if !wantAllowed && res[0].Remaining != 8 {
+			t.Fatalf("denied request consumed from big: remaining %d, want 8", res[0].Remaining)
+		}
+	}
+	if r := apply(t, s, op("big", big, 0))[0]; r.Remaining != 8 {
+		t.Fatalf("big remaining %d after a denied request, want 8", r.Remaining)
+	}
+}
+
+func TestShadowNeverDenies(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	real := params(t, algorithm.FixedWindow, 5, time.Minute)
+	tight := params(t, algorithm.FixedWindow, 1, time.Minute)
+	shadow := func(k string, p *algorithm.Params) store.Op { o := op(k, p, 1); o.Shadow = true; return o }
+	apply(t, s, op("real", real, 1), shadow("shadow", tight))
+	res := apply(t, s, op("real", real, 1), shadow("shadow", tight))
+	if res[1].Allowed {
+		t.Fatal("shadow limit of 1 allowed a second request")
+	}
+	if !res[0].Allowed || res[0].Remaining != 3 {
+		t.Fatalf("a shadow denial blocked the real limit: %+v", res[0])
+	}
+}
+
+func TestSameKeyTwiceInOneBatch(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.FixedWindow, 3, time.Minute)
+	// Two ops on one new key: together 4 > 3, so the second denies and neither consumes.
+	res := apply(t, s, op("k", p, 2), op("k", p, 2))
+	if !res[0].Allowed || res[1].Allowed {
+		t.Fatalf("results %+v", res)
+	}
+	if r := apply(t, s, op("k", p, 0))[0]; r.Remaining != 3 {
+		t.Fatalf("remaining %d after a denied batch, want 3", r.Remaining)
+	}
+	// A look and a spend on one new key: the spend must be kept.
+	apply(t, s, op("n", p, 0), op("n", p, 1))
+	if r := apply(t, s, op("n", p, 0))[0]; r.Remaining != 2 {
+		t.Fatalf("remaining %d, want 2", r.Remaining)
+	}
+}
+
+func TestIdempotency(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.FixedWindow, 10, time.Hour)
+	b := store.Batch{Ops: []store.Op{op("k", p, 3)}, IdempotencyKey: []byte("req-1"), IdempotencyTTL: 5 * time.Minute}
+	res := make([]algorithm.Result, 1)
+	for i := range 3 {
+		replayed, _ := s.Apply(context.Background(), &b, res)
+		if replayed != (i > 0) || res[0].Remaining != 7 {
+			t.Fatalf("try %d: replayed=%v remaining=%d", i, replayed, res[0].Remaining)
+		}
+	}
+	c.Add(6 * time.Minute)
+	if replayed, _ := s.Apply(context.Background(), &b, res); replayed || res[0].Remaining != 4 {
+		t.Fatalf("after the TTL: replayed=%v remaining=%d, want a new decision with 4 left", replayed, res[0].Remaining)
+	}
+}
+
+// TestConcurrentExact runs 64 goroutines on one key with the clock stopped: every exact
+// algorithm must admit exactly its capacity, no more (race) and no less (lost updates).
+func TestConcurrentExact(t *testing.T) {
+	t.Parallel()
+	for _, k := range []algorithm.Kind{algorithm.TokenBucket, algorithm.GCRA, algorithm.LeakyBucket, algorithm.FixedWindow, algorithm.SlidingWindowLog} {
+		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newClock()
+			s := newStore(c)
+			defer s.Close()
+			p := params(t, k, 500, time.Hour)
+			other := params(t, algorithm.TokenBucket, 1_000_000, time.Second)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res := make([]algorithm.Result, 2)
+					for range 40 {
+						b := store.Batch{Ops: []store.Op{op("hot", p, 1), op(fmt.Sprintf("g%d", g), other, 1)}}
+						s.Apply(context.Background(), &b, res)
+						if res[0].Allowed && res[1].Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != 500 {
+				t.Fatalf("admitted %d of 2560 on a limit of 500", got)
+			}
+		})
+	}
+}
+
+func TestIdleKeysExpire(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.TokenBucket, 10, time.Second)
+	w := params(t, algorithm.SlidingWindowCounter, 10, time.Second)
+	for i := range 1000 {
+		apply(t, s, op(fmt.Sprintf("k%d", i), p, 1), op(fmt.Sprintf("w%d", i), w, 1))
+	}
+	if n := s.Len(); n != 2000 {
+		t.Fatalf("Len = %d, want 2000", n)
+	}
+	c.Add(1500 * time.Millisecond) // buckets full again; counters still weigh in the next window
+	s.Sweep()
+	if n := s.Len(); n != 1000 {
+		t.Fatalf("after the buckets refilled: Len = %d, want the 1000 window keys", n)
+	}
+	c.Add(2 * time.Second)
+	s.Sweep()
+	if n := s.Len(); n != 0 {
+		t.Fatalf("after everything went idle: Len = %d, want 0", n)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s := newStore(c, WithSnapshot(path, 0))
+	kinds := map[string]*algorithm.Params{}
+	for _, k := range algorithm.Kinds {
+		kinds[k.String()] = params(t, k, 10, time.Minute)
+		apply(t, s, op(k.String(), kinds[k.String()], 4))
+	}
+	b := store.Batch{Ops: []store.Op{op("idem", kinds["gcra"], 1)}, IdempotencyKey: []byte("r1"), IdempotencyTTL: time.Minute}
+	s.Apply(context.Background(), &b, make([]algorithm.Result, 1))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := newStore(c, WithSnapshot(path, 0))
+	defer s2.Close()
+	for name, p := range kinds {
+		if r := apply(t, s2, op(name, p, 0))[0]; r.Remaining != 6 {
+			t.Errorf("%s after restart: remaining %d, want 6", name, r.Remaining)
+		}
+	}
+	res := make([]algorithm.Result, 1)
+	if replayed, _ := s2.Apply(context.Background(), &b, res); !replayed || res[0].Remaining != 9 {
+		t.Errorf("idempotent replay after restart: replayed=%v remaining=%d", replayed, res[0].Remaining)
+	}
+}
+
+func TestDamagedSnapshot(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.snap")
+	s := newStore(c, WithSnapshot(good, 0))
+	p := params(t, algorithm.FixedWindow, 100, time.Hour)
+	for i := range 200 {
+		apply(t, s, op(fmt.Sprintf("k%03d", i), p, 7))
+	}
+	s.Close()
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		data    []byte
+		minKeys int // at least this many sound records survive
+		maxKeys int
+		logged  string
+	}{
+		{"truncated in the middle", data[:len(data)/2], 50, 150, "truncated"},
+		{"flipped byte", flip(data, len(data)/3), 20, 120, "checksum"},
+		{"no end record", data[:len(data)-8], 200, 200, "truncated"}, // the end record is 8 bytes
+		{"bad header", append([]byte("NOT-A-SNAPSHOT!!!"), data[17:]...), 0, 0, "bad header"},
+		{"empty file", nil, 0, 0, "bad header"},
+		{"huge length", append([]byte(snapshotMagic), 0xff, 0xff, 0xff, 0xff, 0x0f), 0, 0, "claims"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			s := newStore(c, WithSnapshot(path, 0), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			defer s.Close()
+			if n := s.Len(); n < tc.minKeys || n > tc.maxKeys {
+				t.Errorf("loaded %d keys, want %d..%d", n, tc.minKeys, tc.maxKeys)
+			}
+			if !strings.Contains(logs.String(), tc.logged) || !strings.Contains(logs.String(), "level=ERROR") {
+				t.Errorf("log %q does not report %q", logs.String(), tc.logged)
+			}
+			// What was loaded is right, and the store works.
+			if r := apply(t, s, op("k000", p, 0))[0]; r.Remaining != 100 && r.Remaining != 93 {
+				t.Errorf("k000 remaining %d", r.Remaining)
+			}
+		})
+	}
+}
+
+func flip(b []byte, i int) []byte {
+	c := append([]byte(nil), b...)
+	c[i] ^= 0x55
+	return c
+}
+
+func TestPeriodicSnapshot(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s := New(WithSnapshot(path, 20*time.Millisecond), WithSweepInterval(0))
+	defer s.Close()
+	apply(t, s, op("k", params(t, algorithm.FixedWindow, 10, time.Hour), 1))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot written within 5 s at a 20 ms interval")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A crash here (no Close) leaves that file: a new store reads it.
+	s2 := New(WithSnapshot(path, 0), WithSweepInterval(0))
+	defer s2.Close()
+	if s2.Len() != 1 {
+		t.Fatalf("periodic snapshot held %d keys, want 1", s2.Len())
+	}
+}
+
+func FuzzReadSnapshot(f *testing.F) {
+	c := newClock()
+	s := newStore(c)
+	for _, k := range algorithm.Kinds {
+		apply(f, s, op(k.String(), params(f, k, 10, time.Minute), 2))
+	}
+	path := filepath.Join(f.TempDir(), "seed.snap")
+	if err := s.WriteSnapshot(path); err != nil {
+		f.Fatal(err)
+	}
+	seed, _ := os.ReadFile(path)
+	f.Add(seed)
+	f.Add([]byte(snapshotMagic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := newStore(c)
+		s.ReadSnapshot(bytes.NewReader(data))
+		for _, k := range algorithm.Kinds {
+			apply(t, s, op(k.String(), params(t, k, 10, time.Minute), 1))
+		}
+	})
+}

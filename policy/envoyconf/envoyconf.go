@@ -2,9 +2,9 @@
 // (github.com/envoyproxy/ratelimit) and answers which limit applies to a request descriptor
 // exactly as that service does, so a fleet can move to Sluice without rewriting its rules.
 //
-// A Config is immutable once loaded: Match, CounterValues and Replaced allocate nothing per
-// request (Replaced excepted) and are safe for concurrent use. A reload builds a new Config
-// and swaps it in; a file that fails to load never yields a partial Config.
+// A Config is immutable once loaded and safe for concurrent use; Match and CounterValues
+// allocate nothing, as they run on every request. A reload builds a new Config and swaps it
+// in: a folder that fails to load never yields a partial Config, so the running one stays.
 package envoyconf
 
 import (
@@ -66,7 +66,6 @@ type Config struct {
 }
 
 type domain struct {
-	name   string
 	file   string // the first file that defined it, for the duplicate-domain error
 	line   int
 	root   level

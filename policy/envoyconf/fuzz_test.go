@@ -1,9 +1,6 @@
 package envoyconf
 
 import (
-	"fmt"
-	"os"
-	"time"
 	"errors"
 	"strings"
 	"testing"
@@ -18,8 +15,6 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(aliasBomb), "k", "v")
 	f.Add([]byte(""), "", "")
 	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
-		tm := time.AfterFunc(2*time.Second, func() { os.WriteFile(fmt.Sprintf("/tmp/slow-%d.bin", time.Now().UnixNano()), data, 0o644) })
-		defer tm.Stop()
 		c, err := Load(map[string][]byte{"f.yaml": data}, true)
 		if err != nil {
 			if err.Error() == "" {

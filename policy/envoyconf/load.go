@@ -126,7 +126,7 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		}
 		d := c.domains[f.domain]
 		if d == nil {
-			c.domains[f.domain] = &domain{name: f.domain, file: name, line: f.line, root: f.root, limits: f.limits}
+			c.domains[f.domain] = &domain{file: name, line: f.line, root: f.root, limits: f.limits}
 			c.names = append(c.names, f.domain)
 			continue
 		}

@@ -217,9 +217,18 @@ func (p *Params) convert(s *State, nowT int64) bool {
 	return true
 }
 
+// ticks converts a time in µs to the limit's ticks; most limits count in µs and skip the
+// division.
+func (p *Params) ticks(now int64) int64 {
+	if p.tick == 1 {
+		return now
+	}
+	return now / p.tick
+}
+
 // refill brings a token bucket up to now and returns now in ticks.
 func (p *Params) refill(s *State, now int64) int64 {
-	nowT := now / p.tick
+	nowT := p.ticks(now)
 	if fp := p.fingerprint(); s.W != fp {
 		if !p.convert(s, nowT) {
 			s.T, s.V = nowT, p.capacity
@@ -242,7 +251,7 @@ func (p *Params) refill(s *State, now int64) int64 {
 
 // leak brings a leaky bucket up to now and returns now in ticks.
 func (p *Params) leak(s *State, now int64) int64 {
-	nowT := now / p.tick
+	nowT := p.ticks(now)
 	if fp := p.fingerprint(); s.W != fp {
 		if !p.convert(s, nowT) {
 			s.T, s.V = nowT, 0
@@ -264,7 +273,7 @@ func (p *Params) leak(s *State, now int64) int64 {
 
 // gcraNormalize brings a GCRA key up to now (a TAT in the past is now) and returns now in ticks.
 func (p *Params) gcraNormalize(s *State, now int64) int64 {
-	nowT := now / p.tick
+	nowT := p.ticks(now)
 	if fp := p.fingerprint(); s.W != fp {
 		p.convert(s, nowT)
 		s.W = fp

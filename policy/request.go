@@ -83,12 +83,11 @@ func (r *Request) Validate() error {
 	if r.Cost > MaxCost {
 		return &FieldError{Field: "cost", Msg: fmt.Sprintf("must be <= %d", MaxCost)}
 	}
-	for _, a := range [...]struct{ name, v string }{
-		{"tenant", r.Tenant}, {"user", r.User}, {"api_key", r.APIKey}, {"ip", r.IP},
-		{"endpoint", r.Endpoint}, {"method", r.Method}, {"tier", r.Tier}, {"idempotency_key", r.IdempotencyKey},
-	} {
-		if err := checkAttribute(a.name, a.v); err != nil {
-			return err
+	for i, v := range [...]string{r.Tenant, r.User, r.APIKey, r.IP, r.Endpoint, r.Method, r.Tier, r.IdempotencyKey} {
+		if v != "" {
+			if err := checkAttribute(attributeNames[i], v); err != nil {
+				return err
+			}
 		}
 	}
 	if len(r.Descriptors) > MaxDescriptors {
@@ -113,12 +112,24 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+var attributeNames = [...]string{"tenant", "user", "api_key", "ip", "endpoint", "method", "tier", "idempotency_key"}
+
 func checkAttribute(name, v string) error {
 	if len(v) > MaxAttribute {
 		return &FieldError{Field: name, Msg: fmt.Sprintf("longer than %d bytes", MaxAttribute)}
 	}
-	if !utf8.ValidString(v) {
+	if !isASCII(v) && !utf8.ValidString(v) {
 		return &FieldError{Field: name, Msg: "not valid UTF-8"}
 	}
 	return nil
+}
+
+// isASCII is the fast path of UTF-8 validation for the identifiers most requests carry.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

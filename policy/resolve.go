@@ -10,22 +10,22 @@ import (
 )
 
 // Limit is one limit that applies to a request: its rule, effective parameters and bucket key.
+// It points into the snapshot or the Scratch it was resolved in, so that resolving copies
+// little.
 type Limit struct {
 	Rule   *CompiledRule
-	Spec   *Spec            // the nominal numbers (after tier and override)
-	Params algorithm.Params // effective parameters (after the hard threshold)
+	Spec   *Spec             // the nominal numbers (after tier and override)
+	Params *algorithm.Params // effective parameters (after the hard threshold): &Spec.Params
 	Key    []byte
 
 	// Banned is set when an override bans the target: the limit denies until BannedUntil.
 	Banned      bool
 	BannedUntil time.Time
-	// Override is the reason and source of the override that shaped this limit, if any.
+	// Override is the override that shaped this limit, if any.
 	Override *compiledOverride
 
-	spec       Spec // storage for Spec when an override derives new numbers
-	keyStart   int
-	keyEnd     int
-	overridden bool
+	keyStart, keyEnd int
+	specIndex        int // index+1 in Scratch.specs of an override's spec; 0 for none
 }
 
 // OverrideReason returns the reason and source of the override that shaped l, if any.
@@ -42,6 +42,7 @@ type Scratch struct {
 	Limits []Limit
 	keys   []byte
 	cands  []int32
+	specs  []Spec // specs derived by overrides
 }
 
 // Exempt reports whether r comes from an exempt caller: allowed and not counted.
@@ -50,7 +51,7 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 // Resolve finds the limits that apply to r at now (for override expiry) and builds their keys.
 // The result lives in sc and is valid until sc is used again.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
-	sc.Limits, sc.keys = sc.Limits[:0], sc.keys[:0]
+	sc.Limits, sc.keys, sc.specs = sc.Limits[:0], sc.keys[:0], sc.specs[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])
 	if len(sc.cands) > 1 {
 		slices.Sort(sc.cands)
@@ -68,21 +69,21 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		sc.Limits = append(sc.Limits, Limit{Rule: rule})
 		l := &sc.Limits[len(sc.Limits)-1]
 		l.Spec = rule.spec(r.Tier)
-		l.Params = l.Spec.Params
 		if len(s.overrides) > 0 {
-			s.applyOverride(l, r, now)
+			s.applyOverride(l, r, now, sc)
 		}
 		l.keyStart = len(sc.keys)
 		sc.keys = rule.appendKey(sc.keys, r)
 		l.keyEnd = len(sc.keys)
 	}
-	// Keys are sliced only now: appending above may have moved the buffer.
+	// Keys and specs are pointed at only now: appending above may have moved the buffers.
 	for i := range sc.Limits {
 		l := &sc.Limits[i]
 		l.Key = sc.keys[l.keyStart:l.keyEnd:l.keyEnd]
-		if l.overridden {
-			l.Spec = &l.spec
+		if l.specIndex > 0 {
+			l.Spec = &sc.specs[l.specIndex-1]
 		}
+		l.Params = &l.Spec.Params
 	}
 	return sc.Limits
 }
@@ -131,7 +132,7 @@ func (s *Snapshot) findOverride(r *Request, rule string, now time.Time) *compile
 	return nil
 }
 
-func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time) {
+func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratch) {
 	o := s.findOverride(r, l.Rule.Name, now)
 	if o == nil {
 		return
@@ -158,8 +159,8 @@ func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time) {
 		// every request; Compile cannot see this because it depends on the tier.
 		return
 	}
-	l.spec, l.overridden = spec, true
-	l.Params = spec.Params
+	sc.specs = append(sc.specs, spec)
+	l.specIndex = len(sc.specs)
 }
 
 // appendKey appends the bucket key of c for r.
@@ -226,3 +227,7 @@ func identityByte(kind byte) byte {
 	}
 	return kind
 }
+
+// HasOverrides reports whether the policy has overrides, so a caller can skip reading the
+// clock that only their expiry needs.
+func (s *Snapshot) HasOverrides() bool { return len(s.overrides) > 0 }

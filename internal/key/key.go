@@ -20,28 +20,15 @@ const MaxPart = 96
 // other users of a shared Redis.
 const Prefix = "sl:"
 
-// escapeByte maps the bytes that carry structure to the letter of their escape: ':' separates
-// parts, '{' and '}' delimit the Redis hash tag, '#' marks a hashed part, '\' escapes.
-func escapeByte(c byte) byte {
-	switch c {
-	case ':':
-		return 'c'
-	case '{':
-		return 'o'
-	case '}':
-		return 'x'
-	case '#':
-		return 'h'
-	case '\\':
-		return '\\'
-	}
-	return 0
-}
+// escapes maps the bytes that carry structure to the letter of their escape: ':' separates
+// parts, '{' and '}' delimit the Redis hash tag, '#' marks a hashed part, '\' escapes. Other
+// bytes map to 0.
+var escapes = [256]byte{':': 'c', '{': 'o', '}': 'x', '#': 'h', '\\': '\\'}
 
 func escapedLen(v string) int {
 	n := len(v)
 	for i := 0; i < len(v); i++ {
-		if escapeByte(v[i]) != 0 {
+		if escapes[v[i]] != 0 {
 			n++
 		}
 	}
@@ -50,13 +37,17 @@ func escapedLen(v string) int {
 
 // AppendPart appends v escaped, or hashed when its escaped form is longer than MaxPart.
 func AppendPart(dst []byte, v string) []byte {
-	if escapedLen(v) > MaxPart {
+	n := escapedLen(v)
+	if n == len(v) && n <= MaxPart {
+		return append(dst, v...) // the common case: nothing to escape
+	}
+	if n > MaxPart {
 		sum := sha256.Sum256([]byte(v))
 		dst = append(dst, '#')
 		return hex.AppendEncode(dst, sum[:16])
 	}
 	for i := 0; i < len(v); i++ {
-		if e := escapeByte(v[i]); e != 0 {
+		if e := escapes[v[i]]; e != 0 {
 			dst = append(dst, '\\', e)
 		} else {
 			dst = append(dst, v[i])

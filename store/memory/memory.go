@@ -20,8 +20,9 @@ import (
 // big machines and costs 16 KiB.
 const numShards = 256
 
-// maxInline is how many ops a batch handles without allocating its bookkeeping.
-const maxInline = 8
+// maxInline is how many ops a batch handles without allocating its bookkeeping; more would
+// cost every batch the zeroing of a larger array.
+const maxInline = 4
 
 // Store is the in-memory store. Create it with New; Close stops its background work and writes
 // a last snapshot.
@@ -35,8 +36,8 @@ type Store struct {
 	snapshotPath     string
 	snapshotInterval time.Duration
 	sweepInterval    time.Duration
-	commits          atomic.Uint64 // changes since start; the snapshotter writes when it moved
-	lastSnapshot     atomic.Uint64 // commits at the last snapshot written
+	idemCommits      atomic.Uint64 // idempotency records and resets since start
+	lastSnapshot     atomic.Uint64 // changes counted at the last snapshot written
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -46,7 +47,10 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*entry
-	_  [48]byte // keep neighbouring mutexes off one cache line
+	// commits counts changes under mu; a counter per stripe, because one shared atomic
+	// written by every request would bounce its cache line between cores.
+	commits uint64
+	_       [40]byte // keep neighbouring mutexes off one cache line
 }
 
 type entry struct {
@@ -152,14 +156,27 @@ func (s *Store) Close() error {
 
 func (s *Store) shardOf(k []byte) int { return int(maphash.Bytes(s.seed, k) % numShards) }
 
-// pending is the bookkeeping of one op while its batch is decided.
+// pending is the bookkeeping of one op while its batch is decided. It holds a new key's state
+// by value: a pointer to a separate array would make the compiler move that array to the heap.
 type pending struct {
 	shard  int
-	e      *entry
-	isNew  bool // not in the map yet: inserted only if the batch commits
+	e      *entry // the map's entry; nil while the key is new
+	fresh  entry  // a new key's state, copied to the heap only if the batch commits
+	alias  int    // an earlier op of the batch on the same key, whose state this one shares; -1 if none
 	undo   algorithm.Undo
 	idleAt int64
 	commit bool
+}
+
+// entryOf returns the state op i works on: its alias's, the map's, or its fresh one.
+func entryOf(ps []pending, i int) *entry {
+	if ps[i].alias >= 0 {
+		i = ps[i].alias
+	}
+	if ps[i].e != nil {
+		return ps[i].e
+	}
+	return &ps[i].fresh
 }
 
 // Apply decides every op of b at one instant and consumes all of them only if every non-shadow
@@ -192,36 +209,31 @@ func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Res
 		results: append([]algorithm.Result(nil), results...),
 		idleAt:  now + b.IdempotencyTTL.Microseconds(),
 	}
-	s.commits.Add(1)
+	s.idemCommits.Add(1)
 	return false, nil
 }
 
 func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	var inline [maxInline]pending
-	var fresh [maxInline]entry
-	ps := inline[:0]
+	ps := inline[:]
 	if len(ops) > maxInline {
-		ps = make([]pending, 0, len(ops))
+		ps = make([]pending, len(ops))
 	}
+	ps = ps[:len(ops)]
 	for i := range ops {
-		ps = append(ps, pending{shard: s.shardOf(ops[i].Key)})
+		ps[i].shard, ps[i].alias = s.shardOf(ops[i].Key), -1
 	}
+	// A batch of one op has no sibling to deny it, so it never needs to undo.
+	mayUndo := len(ops) > 1
 	s.lock(ps)
 	defer s.unlock(ps)
 
 	allowed := true
 	for i := range ops {
 		op, p := &ops[i], &ps[i]
-		p.e = s.lookup(ops, ps, i, now)
-		if p.e == nil {
-			p.isNew = true
-			if i < maxInline {
-				p.e = &fresh[i] // copied to the heap only if the batch commits
-			} else {
-				p.e = &entry{}
-			}
-		}
-		r := algorithm.Decide(op.Params, &p.e.st, now, op.Cost)
+		s.lookup(ops, ps, i, now)
+		e := entryOf(ps, i)
+		r := algorithm.Decide(op.Params, &e.st, now, op.Cost)
 		results[i] = r
 		if !r.Allowed {
 			allowed = allowed && op.Shadow
@@ -229,21 +241,23 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 		}
 		if op.Cost > 0 {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling denies.
-			p.undo = algorithm.Save(&p.e.st)
-			p.idleAt = algorithm.Commit(op.Params, &p.e.st, now, op.Cost)
+			if mayUndo {
+				p.undo = algorithm.Save(&e.st)
+			}
+			p.idleAt = algorithm.Commit(op.Params, &e.st, now, op.Cost)
 			p.commit = true
 		}
 	}
 	if !allowed {
 		for i := len(ops) - 1; i >= 0; i-- {
 			if ps[i].commit {
-				ps[i].undo.Restore(&ps[i].e.st)
+				ps[i].undo.Restore(&entryOf(ps, i).st)
 			}
 		}
 		// Allowed ops of a denied batch consumed nothing: report what they really have left.
 		for i := range ops {
 			if results[i].Allowed && ops[i].Cost > 0 {
-				r := algorithm.Decide(ops[i].Params, &ps[i].e.st, now, 0)
+				r := algorithm.Decide(ops[i].Params, &entryOf(ps, i).st, now, 0)
 				results[i].Remaining, results[i].ResetAfter, results[i].Delay = r.Remaining, r.ResetAfter, 0
 			}
 		}
@@ -253,43 +267,56 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	for i := range ops {
 		if ps[i].commit {
 			changed = true
-			ps[i].e.idleAt = max(ps[i].e.idleAt, ps[i].idleAt)
+			e := entryOf(ps, i)
+			e.idleAt = max(e.idleAt, ps[i].idleAt)
 		}
 	}
-	// Insert new keys last, once each: two ops on one new key share one pending entry.
+	// Insert new keys last, once each: ops on one new key share their first op's state.
 	for i := range ops {
-		if p := &ps[i]; p.commit && p.isNew {
-			m := s.shards[p.shard].m
-			if _, ok := m[string(ops[i].Key)]; !ok {
+		if p := &ps[i]; p.commit && p.alias < 0 && p.e == nil {
+			e := new(entry)
+			*e = p.fresh
+			s.shards[p.shard].m[string(ops[i].Key)] = e
+		}
+	}
+	for i := range ops {
+		// An alias committed into its first op's fresh state, which the loop above skipped
+		// when that first op did not commit itself.
+		if p := &ps[i]; p.commit && p.alias >= 0 && ps[p.alias].e == nil && !ps[p.alias].commit {
+			if _, ok := s.shards[p.shard].m[string(ops[i].Key)]; !ok {
 				e := new(entry)
-				*e = *p.e
-				m[string(ops[i].Key)] = e
+				*e = ps[p.alias].fresh
+				s.shards[p.shard].m[string(ops[i].Key)] = e
 			}
 		}
 	}
 	if changed {
-		s.commits.Add(1)
+		s.shards[ps[0].shard].commits++
 	}
 }
 
-// lookup finds op i's entry: an earlier op of the batch on the same key shares it, else the
-// map's, with an idle one cleared to fresh.
-func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) *entry {
+// lookup points op i at its state: an earlier op of the batch on the same key, else the map's
+// entry, with an idle one cleared to fresh.
+func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 	for j := range i {
 		if ps[j].shard == ps[i].shard && bytes.Equal(ops[j].Key, ops[i].Key) {
-			ps[i].isNew = ps[j].isNew
-			return ps[j].e
+			ps[i].alias = j
+			return
 		}
 	}
 	e := s.shards[ps[i].shard].m[string(ops[i].Key)]
 	if e != nil && e.idleAt <= now {
 		*e = entry{} // as good as fresh, and cheaper than a delete and an insert
 	}
-	return e
+	ps[i].e = e
 }
 
 // lock takes the batch's stripes in ascending order, each once, so batches never deadlock.
 func (s *Store) lock(ps []pending) {
+	if len(ps) == 1 {
+		s.shards[ps[0].shard].mu.Lock()
+		return
+	}
 	last := -1
 	for {
 		next := numShards
@@ -329,7 +356,7 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 		delete(sh.m, string(k))
 		sh.mu.Unlock()
 	}
-	s.commits.Add(1)
+	s.idemCommits.Add(1)
 	return nil
 }
 
@@ -355,6 +382,17 @@ func (s *Store) Sweep() {
 		}
 		is.mu.Unlock()
 	}
+}
+
+// changes sums the stripes' change counters: it moves whenever any state changed.
+func (s *Store) changes() uint64 {
+	n := s.idemCommits.Load()
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += s.shards[i].commits
+		s.shards[i].mu.Unlock()
+	}
+	return n
 }
 
 // Len returns the number of keys held, idle ones not yet swept included.

@@ -33,7 +33,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // snapshotIfChanged writes the snapshot when anything changed since the last write.
 func (s *Store) snapshotIfChanged() {
-	before := s.commits.Load()
+	before := s.changes()
 	if before == s.lastSnapshot.Load() {
 		return
 	}

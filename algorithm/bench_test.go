@@ -1,0 +1,25 @@
+package algorithm
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkDecideCommit measures one allowed request through each algorithm: the pure state
+// transition with no store around it.
+func BenchmarkDecideCommit(b *testing.B) {
+	for _, k := range Kinds {
+		b.Run(k.String(), func(b *testing.B) {
+			p := mustParams(b, k, 1_000_000_000, 0, time.Second)
+			var s State
+			now := base
+			b.ReportAllocs()
+			for b.Loop() {
+				now += 1000
+				if r := Decide(&p, &s, now, 1); r.Allowed {
+					Commit(&p, &s, now, 1)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,177 @@
+// Package benchmarks compares Sluice's Check with baselines in one run, so that ratios hold on a
+// noisy machine: golang.org/x/time/rate's Allow and a plain mutex+map token bucket. It is its
+// own module so the main module never depends on what it is compared with.
+//
+//	cd benchmarks && go test -bench . -benchmem
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+const oneLimit = `
+rules:
+  - {name: per-user, key: [tenant, user], algorithm: token_bucket, limit: 1000000000, period: 1s}
+`
+
+const fourLimits = `
+rules:
+  - {name: per-user, key: [tenant, user], algorithm: token_bucket, limit: 1000000000, period: 1s}
+  - {name: per-tenant, key: [tenant], algorithm: gcra, limit: 1000000000, period: 1s}
+  - {name: per-endpoint, match: {endpoint: "/api/*"}, key: [endpoint], algorithm: sliding_window_counter, limit: 1000000000, period: 1m}
+  - {name: global, key: [], algorithm: fixed_window, limit: 1000000000, period: 1s}
+`
+
+func limiter(b *testing.B, yml string) *sluice.Limiter {
+	cfg, err := policy.ParseConfig("bench.yaml", []byte(yml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap, err := policy.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := sluice.New(memory.New(memory.WithSweepInterval(0)), snap)
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// BenchmarkCheck is the whole Check path on warm keys: validation, policy resolution, key
+// building, the memory store's atomic apply and the decision.
+func BenchmarkCheck(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		yml  string
+	}{{"1limit", oneLimit}, {"4limits", fourLimits}} {
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			l := limiter(b, c.yml)
+			req := sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}
+			var d sluice.Decision
+			l.Check(context.Background(), &req, &d)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Check(context.Background(), &req, &d); err != nil || !d.Allowed {
+					b.Fatal(err, d.Allowed)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel-1k-keys", func(b *testing.B) {
+			l := limiter(b, c.yml)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				g := next.Add(1)
+				reqs := make([]sluice.Request, 1000)
+				for i := range reqs {
+					reqs[i] = sluice.Request{Tenant: fmt.Sprint("t", g), User: fmt.Sprint("u", i), Endpoint: "/api/items", Method: "GET"}
+				}
+				var d sluice.Decision
+				i := 0
+				for pb.Next() {
+					l.Check(context.Background(), &reqs[i%len(reqs)], &d)
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkXTimeRate is golang.org/x/time/rate's Allow on one limiter: no key lookup, no lock
+// striping, the floor for an in-process token bucket.
+func BenchmarkXTimeRate(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1e9), 1e9)
+		b.ReportAllocs()
+		for b.Loop() {
+			lim.Allow()
+		}
+	})
+	b.Run("parallel-1k-keys", func(b *testing.B) {
+		var mu sync.Mutex
+		lims := map[string]*rate.Limiter{}
+		keys := make([]string, 1000)
+		for i := range keys {
+			keys[i] = fmt.Sprint("u", i)
+			lims[keys[i]] = rate.NewLimiter(rate.Limit(1e9), 1e9)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				mu.Lock()
+				lim := lims[keys[i%len(keys)]]
+				mu.Unlock()
+				lim.Allow()
+				i++
+			}
+		})
+	})
+}
+
+// mutexBucket is the hand-rolled limiter many services start with: one mutex, one map, float
+// tokens.
+type mutexBucket struct {
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	rate    float64
+	burst   float64
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (m *mutexBucket) allow(key string) bool {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[key]
+	if b == nil {
+		b = &bucket{tokens: m.burst, last: now}
+		m.buckets[key] = b
+	}
+	b.tokens = min(m.burst, b.tokens+now.Sub(b.last).Seconds()*m.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func BenchmarkMutexMap(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		m := &mutexBucket{buckets: map[string]*bucket{}, rate: 1e9, burst: 1e9}
+		b.ReportAllocs()
+		for b.Loop() {
+			m.allow("acme:u1")
+		}
+	})
+	b.Run("parallel-1k-keys", func(b *testing.B) {
+		m := &mutexBucket{buckets: map[string]*bucket{}, rate: 1e9, burst: 1e9}
+		keys := make([]string, 1000)
+		for i := range keys {
+			keys[i] = fmt.Sprint("acme:u", i)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				m.allow(keys[i%len(keys)])
+				i++
+			}
+		})
+	})
+}

@@ -1,0 +1,314 @@
+// Package sluice is a rate limiter for API quotas: every classic algorithm, a policy of rules,
+// tiers, overrides and exemptions, and stores from process memory to Redis Cluster.
+//
+// A Limiter resolves a request's attributes against the policy into limits, applies them all in
+// one atomic step of its store, and returns a Decision. See the httplimit package for net/http
+// middleware and cmd/sluice for the service.
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Request is the attributes of one request to rate-limit.
+type Request = policy.Request
+
+// Store applies batches of limits atomically. The memory and Redis stores implement it.
+type Store interface {
+	// Apply decides every op of b at one instant of the store's clock and consumes all of them
+	// only if every non-shadow op is allowed. It fills results[i] for b.Ops[i]; replayed
+	// reports an idempotent replay of an earlier batch. An error means the store could not
+	// decide; it is never a denial.
+	Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (replayed bool, err error)
+	// Reset drops the state of keys.
+	Reset(ctx context.Context, keys [][]byte) error
+	// Close releases the store.
+	Close() error
+}
+
+// DefaultIdempotencyTTL is how long a decision is remembered for its idempotency key.
+const DefaultIdempotencyTTL = 5 * time.Minute
+
+// Limiter decides requests. It is safe for any number of goroutines; SetPolicy swaps the policy
+// without blocking checks.
+type Limiter struct {
+	store    Store
+	fallback Store // on_store_error: local
+	policy   atomic.Pointer[policy.Snapshot]
+	now      func() time.Time
+	idemTTL  time.Duration
+	log      *slog.Logger
+	onError  func(error)
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock sets the wall clock that override expiry is read against (the store keeps its own
+// clock for the algorithms).
+func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
+
+// WithIdempotencyTTL sets how long decisions are remembered by idempotency key.
+func WithIdempotencyTTL(d time.Duration) Option { return func(l *Limiter) { l.idemTTL = d } }
+
+// WithLogger sets the logger.
+func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
+
+// WithFallback sets the store that rules with on_store_error: local use when the main store
+// fails: typically a memory store, so each node limits on its own until the store is back.
+func WithFallback(s Store) Option { return func(l *Limiter) { l.fallback = s } }
+
+// WithStoreErrorHook is called with every store error, for metrics.
+func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
+
+// New returns a Limiter over st with policy p.
+func New(st Store, p *policy.Snapshot, opts ...Option) *Limiter {
+	l := &Limiter{store: st, now: time.Now, idemTTL: DefaultIdempotencyTTL, log: slog.Default()}
+	for _, o := range opts {
+		o(l)
+	}
+	l.policy.Store(p)
+	return l
+}
+
+// SetPolicy swaps the policy; checks under way finish with the one they started with.
+func (l *Limiter) SetPolicy(p *policy.Snapshot) { l.policy.Store(p) }
+
+// Policy returns the policy in force.
+func (l *Limiter) Policy() *policy.Snapshot { return l.policy.Load() }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Check decides r and consumes its cost from every limit that applies, all or nothing, filling
+// d. An error is bad input (it wraps policy.ErrInvalid) or, with no fallback, a store failure.
+func (l *Limiter) Check(ctx context.Context, r *Request, d *Decision) error {
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	return l.decide(ctx, r, d, cost)
+}
+
+// Quota reports r's limits without consuming anything.
+func (l *Limiter) Quota(ctx context.Context, r *Request, d *Decision) error {
+	return l.decide(ctx, r, d, 0)
+}
+
+func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int64) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	snap := l.policy.Load()
+	d.reset()
+	d.PolicyVersion = snap.Version
+	if snap.Exempt(r) {
+		d.Allowed, d.Exempt = true, true
+		return nil
+	}
+	var now time.Time
+	if snap.HasOverrides() {
+		now = l.now()
+	}
+	limits := snap.Resolve(r, now, &d.scratch)
+	if len(limits) == 0 {
+		d.Allowed = true
+		if until, reason, ok := snap.BanFor(r, now); ok {
+			l.ban(d, until.Sub(now), reason, "", "")
+		}
+		return nil
+	}
+	banned := false
+	for i := range limits {
+		lim := &limits[i]
+		if lim.Banned && !lim.Rule.Shadow {
+			banned = true
+		}
+	}
+	opCost := cost
+	if banned {
+		opCost = 0 // a banned request consumes nothing; look, to report the other limits
+	}
+	for i := range limits {
+		lim := &limits[i]
+		d.Results = append(d.Results, Result{
+			Rule: lim.Rule.Name, Scope: lim.Rule.Scope, Algorithm: lim.Params.Kind,
+			Limit: lim.Spec.Limit, Period: lim.Spec.Period, Shadow: lim.Rule.Shadow,
+		})
+		if lim.Banned {
+			res := &d.Results[len(d.Results)-1]
+			res.State, res.RetryAfter = StateHard, lim.BannedUntil.Sub(now)
+			reason, _, _ := lim.OverrideReason()
+			res.Reason = "banned: " + reason
+			continue
+		}
+		d.ops = append(d.ops, store.Op{Key: lim.Key, Params: lim.Params, Cost: opCost, Shadow: lim.Rule.Shadow})
+		d.opLimit = append(d.opLimit, i)
+	}
+	d.algo = growResults(d.algo, len(d.ops))
+	d.batch = store.Batch{Ops: d.ops}
+	if r.IdempotencyKey != "" && cost > 0 && !banned {
+		d.idem = appendIdempotencyKey(d.idem[:0], r)
+		d.batch.IdempotencyKey, d.batch.IdempotencyTTL = d.idem, l.idemTTL
+	}
+	if len(d.ops) > 0 {
+		replayed, err := l.store.Apply(ctx, &d.batch, d.algo)
+		if err != nil {
+			if l.onError != nil {
+				l.onError(err)
+			}
+			if err := l.degrade(ctx, limits, d, err); err != nil {
+				return err
+			}
+		}
+		d.Replayed = replayed
+	}
+	for i, n := range d.opLimit {
+		lim, res, a := &limits[n], &d.Results[n], &d.algo[i]
+		if d.Degraded && res.Reason != "" {
+			continue // decided by degrade
+		}
+		res.Allowed = a.Allowed
+		res.State = stateOf(lim.Spec, lim.Params, a)
+		res.Remaining = a.Remaining
+		res.ResetAfter, res.RetryAfter, res.Delay = micros(a.ResetAfter), micros(a.RetryAfter), micros(a.Delay)
+		if a.Reason != algorithm.ReasonNone {
+			res.Reason = a.Reason.String()
+		}
+	}
+	l.summarize(d)
+	return nil
+}
+
+// summarize sets the top-level fields from the deciding limit.
+func (l *Limiter) summarize(d *Decision) {
+	d.Allowed = true
+	for i := range d.Results {
+		r := &d.Results[i]
+		if r.Shadow {
+			if !r.Allowed {
+				d.Shadow = true
+			}
+			continue
+		}
+		if !r.Allowed {
+			d.Allowed = false
+		}
+		d.State = max(d.State, r.State)
+	}
+	if i := d.deciding(); i >= 0 {
+		r := &d.Results[i]
+		d.Limit, d.Period, d.Remaining = r.Limit, r.Period, r.Remaining
+		d.ResetAfter, d.Delay, d.Rule, d.Scope = r.ResetAfter, r.Delay, r.Rule, r.Scope
+		if !d.Allowed {
+			d.RetryAfter, d.Reason = r.RetryAfter, r.Reason
+		}
+	}
+}
+
+func (l *Limiter) ban(d *Decision, wait time.Duration, reason, rule, scope string) {
+	d.Allowed, d.State, d.RetryAfter = false, StateHard, wait
+	d.Reason, d.Rule, d.Scope = "banned: "+reason, rule, scope
+}
+
+// degrade decides the ops of a batch the store could not, by each rule's on_store_error.
+func (l *Limiter) degrade(ctx context.Context, limits []policy.Limit, d *Decision, cause error) error {
+	d.Degraded = true
+	var local []int
+	for i, n := range d.opLimit {
+		lim, res := &limits[n], &d.Results[n]
+		switch lim.Rule.OnStoreError {
+		case policy.FailOpen:
+			d.algo[i] = algorithm.Result{Allowed: true, Remaining: lim.Params.Capacity()}
+		case policy.FailClosed:
+			d.algo[i] = algorithm.Result{}
+			res.Allowed, res.State, res.Reason = false, StateHard, "store unavailable (on_store_error: closed)"
+		case policy.FailLocal:
+			if l.fallback == nil {
+				d.algo[i] = algorithm.Result{Allowed: true, Remaining: lim.Params.Capacity()}
+				continue
+			}
+			local = append(local, i)
+		}
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	ops := make([]store.Op, len(local))
+	for j, i := range local {
+		ops[j] = d.ops[i]
+	}
+	res := make([]algorithm.Result, len(ops))
+	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+		return fmt.Errorf("store: %w; local fallback: %v", cause, err)
+	}
+	for j, i := range local {
+		d.algo[i] = res[j]
+	}
+	return nil
+}
+
+// Reset restores to full every bucket that r addresses, or only those of rule when it is set,
+// and returns how many keys it reset.
+func (l *Limiter) Reset(ctx context.Context, r *Request, rule string) (int, error) {
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	snap := l.policy.Load()
+	if rule != "" && snap.Rule(rule) == nil {
+		return 0, &policy.FieldError{Field: "rule", Msg: fmt.Sprintf("no rule named %q", rule)}
+	}
+	var sc policy.Scratch
+	var keys [][]byte
+	for _, lim := range snap.Resolve(r, time.Time{}, &sc) {
+		if rule == "" || lim.Rule.Name == rule {
+			keys = append(keys, lim.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if err := l.store.Reset(ctx, keys); err != nil {
+		return 0, fmt.Errorf("reset: %w", err)
+	}
+	return len(keys), nil
+}
+
+// Close closes the store and the fallback.
+func (l *Limiter) Close() error {
+	err := l.store.Close()
+	if l.fallback != nil {
+		err = errors.Join(err, l.fallback.Close())
+	}
+	return err
+}
+
+func growResults(s []algorithm.Result, n int) []algorithm.Result {
+	if cap(s) < n {
+		return make([]algorithm.Result, n)
+	}
+	return s[:n]
+}
+
+// appendIdempotencyKey scopes the caller's key to its tenant and identity, so that two callers
+// choosing the same key do not share a decision.
+func appendIdempotencyKey(dst []byte, r *Request) []byte {
+	dst = append(dst, key.Prefix...)
+	dst = append(dst, "idem"...)
+	kind, id := r.Identity()
+	if kind != 0 {
+		dst = key.AppendTag(dst, kind, id)
+	}
+	dst = key.AppendValue(dst, r.Tenant)
+	return key.AppendValue(dst, r.IdempotencyKey)
+}

@@ -1,0 +1,37 @@
+package memory
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
+)
+
+// BenchmarkMemoryPerKey fills the store with 1M token-bucket keys shaped like real ones
+// (sl:<rule>:<version>:{u=<user>}:<tenant>:<user>, about 40 bytes) and reports the heap each
+// key costs. Run it with -benchtime 1x: the figure is per key, not per op.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const keys = 1_000_000
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 100, 0, time.Minute)
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := New(WithSweepInterval(0))
+		res := make([]algorithm.Result, 1)
+		k := []byte("sl:per-user:1a2b3c4d:{u=")
+		for i := range keys {
+			u := strconv.Itoa(1_000_000 + i)
+			key := append(append(append(append(k[:len(k):len(k)], u...), "}:acme:"...), u...))
+			s.Apply(context.Background(), &store.Batch{Ops: []store.Op{{Key: key, Params: &p, Cost: 1}}}, res)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "bytes/key")
+		runtime.KeepAlive(s)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // StoreErrorMode says what a rule decides when its store cannot be reached.
@@ -40,13 +41,7 @@ type Snapshot struct {
 	index      ruleIndex
 	overrides  map[target][]*compiledOverride
 	exemptions exemptions
-	domains    DomainResolver
-}
-
-// DomainResolver answers Envoy-style descriptor requests; the Envoy-format configuration
-// implements it. It lives beside the native rules in one Snapshot so both swap together.
-type DomainResolver interface {
-	Domains() []string
+	envoy      *envoyconf.Config
 }
 
 // CompiledRule is a Rule ready to apply.
@@ -98,13 +93,14 @@ func (s *Snapshot) Rules() []*CompiledRule { return s.rules }
 // Rule returns the rule named name, or nil.
 func (s *Snapshot) Rule(name string) *CompiledRule { return s.byName[name] }
 
-// Domains returns the Envoy-format resolver of the snapshot, or nil.
-func (s *Snapshot) DomainResolver() DomainResolver { return s.domains }
+// Envoy returns the Envoy-format configuration of the snapshot, or nil.
+func (s *Snapshot) Envoy() *envoyconf.Config { return s.envoy }
 
-// WithDomains returns a copy of s that also answers Envoy-style descriptor requests with d.
-func (s *Snapshot) WithDomains(d DomainResolver, version string) *Snapshot {
+// WithEnvoy returns a copy of s that also answers Envoy-style descriptor requests from cfg,
+// with version as its version. Both kinds of policy live in one Snapshot so they swap together.
+func (s *Snapshot) WithEnvoy(cfg *envoyconf.Config, version string) *Snapshot {
 	c := *s
-	c.domains = d
+	c.envoy = cfg
 	if version != "" {
 		c.Version = version
 	}
@@ -162,6 +158,9 @@ func (c *Config) locate(err error, list string, i int) error {
 func compileRule(r *Rule, order int) (*CompiledRule, error) {
 	if r.Name == "" {
 		return nil, &FieldError{Field: "name", Msg: "required"}
+	}
+	if strings.HasPrefix(r.Name, "@") {
+		return nil, &FieldError{Field: "name", Msg: "must not start with '@', which marks Envoy-format buckets"}
 	}
 	if len(r.Name) > 128 {
 		return nil, &FieldError{Field: "name", Msg: "longer than 128 bytes"}

@@ -251,3 +251,6 @@ func escapeID(s string) string {
 func needsEscape(c byte) bool {
 	return c == '%' || c == '/' || c == '=' || c < 0x20 || c == 0x7f
 }
+
+// HasDomain reports whether the configuration defines domain.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }

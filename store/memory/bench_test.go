@@ -26,7 +26,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		k := []byte("sl:per-user:1a2b3c4d:{u=")
 		for i := range keys {
 			u := strconv.Itoa(1_000_000 + i)
-			key := append(append(append(append(k[:len(k):len(k)], u...), "}:acme:"...), u...))
+			key := append(append(append(k[:len(k):len(k)], u...), "}:acme:"...), u...)
 			s.Apply(context.Background(), &store.Batch{Ops: []store.Op{{Key: key, Params: &p, Cost: 1}}}, res)
 		}
 		runtime.GC()

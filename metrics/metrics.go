@@ -1,0 +1,197 @@
+// Package metrics exports Sluice's Prometheus metrics: checks by API, rule, result, state and
+// mode; check latency; store errors; policy reloads and version. A nil *Metrics records
+// nothing, so code can call it unconditionally.
+package metrics
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Metrics holds the collectors. Create it with New.
+type Metrics struct {
+	checks       *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	policyInfo   *prometheus.GaugeVec
+	rejected     *prometheus.CounterVec
+	lastVersion  atomic.Pointer[string]
+	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
+	durations    atomic.Pointer[map[string]prometheus.Observer]
+	mu           sync.Mutex // serialises copy-on-write of the caches
+	storeErrName string
+}
+
+// checkKey is one label set of sluice_checks_total.
+type checkKey struct {
+	api, rule, result, state, mode string
+}
+
+// New registers Sluice's collectors with reg.
+func New(reg prometheus.Registerer, storeName string) *Metrics {
+	m := &Metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_checks_total",
+			Help: "Rate-limit decisions by API (http, grpc, rls), deciding rule, result (allowed, denied, exempt), state (normal, soft, hard) and mode (normal, shadow, fallback).",
+		}, []string{"api", "rule", "result", "state", "mode"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_check_duration_seconds",
+			Help:    "Time to decide a check inside Sluice, by API.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3},
+		}, []string{"api"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that failed, by store.",
+		}, []string{"store"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_policy_reloads_total",
+			Help: "Policy reloads by result (ok, error).",
+		}, []string{"result"}),
+		policyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_policy_info",
+			Help: "1 for the policy version in force.",
+		}, []string{"version"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_rejected_total",
+			Help: "Requests refused before deciding, by API and reason (invalid, overloaded).",
+		}, []string{"api", "reason"}),
+		storeErrName: storeName,
+	}
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected)
+	empty := map[checkKey]prometheus.Counter{}
+	m.counters.Store(&empty)
+	durations := map[string]prometheus.Observer{}
+	m.durations.Store(&durations)
+	return m
+}
+
+// ObserveCheck records a native decision (HTTP or gRPC).
+func (m *Metrics) ObserveCheck(api string, d *sluice.Decision, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	result, mode := "allowed", "normal"
+	switch {
+	case d.Exempt:
+		result = "exempt"
+	case !d.Allowed:
+		result = "denied"
+	}
+	switch {
+	case d.Degraded:
+		mode = "fallback"
+	case d.Shadow:
+		mode = "shadow"
+	}
+	m.counter(checkKey{api, d.Rule, result, d.State.String(), mode}).Inc()
+	m.observer(api).Observe(elapsed.Seconds())
+}
+
+// ObserveDescriptors records an Envoy RLS decision: one count per descriptor that had a limit,
+// labelled with the limit's name (or its id when unnamed).
+func (m *Metrics) ObserveDescriptors(api string, d *sluice.DescriptorDecision, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	mode := "normal"
+	if d.Degraded {
+		mode = "fallback"
+	}
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if !st.HasLimit {
+			continue
+		}
+		rule := st.Name
+		if rule == "" && st.Limit != nil {
+			rule = st.Limit.Domain + "/" + st.Limit.ID
+		}
+		result, state, stMode := "allowed", "normal", mode
+		if !st.OK {
+			result, state = "denied", "hard"
+		}
+		if st.Shadow {
+			state, stMode = "hard", "shadow"
+		}
+		m.counter(checkKey{api, rule, result, state, stMode}).Inc()
+	}
+	m.observer(api).Observe(elapsed.Seconds())
+}
+
+// StoreError counts a failed store call.
+func (m *Metrics) StoreError(error) {
+	if m != nil {
+		m.storeErrors.WithLabelValues(m.storeErrName).Inc()
+	}
+}
+
+// Rejected counts a request refused before deciding.
+func (m *Metrics) Rejected(api, reason string) {
+	if m != nil {
+		m.rejected.WithLabelValues(api, reason).Inc()
+	}
+}
+
+// PolicyLoaded records a reload; on success version becomes the one in force.
+func (m *Metrics) PolicyLoaded(version string, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloads.WithLabelValues("error").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	if old := m.lastVersion.Swap(&version); old != nil && *old != version {
+		m.policyInfo.DeleteLabelValues(*old)
+	}
+	m.policyInfo.WithLabelValues(version).Set(1)
+}
+
+// counter returns the counter of k from a copy-on-write cache: the hot path reads an immutable
+// map with no lock and no allocation; a new label set copies the map once.
+func (m *Metrics) counter(k checkKey) prometheus.Counter {
+	if c, ok := (*m.counters.Load())[k]; ok {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.counters.Load()
+	if c, ok := old[k]; ok {
+		return c
+	}
+	c := m.checks.WithLabelValues(k.api, k.rule, k.result, k.state, k.mode)
+	next := make(map[checkKey]prometheus.Counter, len(old)+1)
+	for kk, v := range old {
+		next[kk] = v
+	}
+	next[k] = c
+	m.counters.Store(&next)
+	return c
+}
+
+func (m *Metrics) observer(api string) prometheus.Observer {
+	if o, ok := (*m.durations.Load())[api]; ok {
+		return o
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.durations.Load()
+	if o, ok := old[api]; ok {
+		return o
+	}
+	o := m.duration.WithLabelValues(api)
+	next := make(map[string]prometheus.Observer, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[api] = o
+	m.durations.Store(&next)
+	return o
+}

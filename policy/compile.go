@@ -107,36 +107,42 @@ func (s *Snapshot) WithEnvoy(cfg *envoyconf.Config, version string) *Snapshot {
 	return &c
 }
 
-// Compile validates cfg and builds its Snapshot. Errors name the file, line and field.
-func Compile(cfg *Config) (*Snapshot, error) {
+// Compile validates configs, one per file, and builds their Snapshot. Rule names are unique
+// across all of them. Errors name the file, line and field.
+func Compile(cfgs ...*Config) (*Snapshot, error) {
 	s := &Snapshot{byName: map[string]*CompiledRule{}, overrides: map[target][]*compiledOverride{}}
-	for i := range cfg.Rules {
-		r, err := compileRule(&cfg.Rules[i], i)
-		if err != nil {
-			return nil, cfg.locate(err, "rules", i)
+	for _, cfg := range cfgs {
+		for i := range cfg.Rules {
+			r, err := compileRule(&cfg.Rules[i], len(s.rules))
+			if err != nil {
+				return nil, cfg.locate(err, "rules", i)
+			}
+			if s.byName[r.Name] != nil {
+				return nil, cfg.locate(&FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", r.Name)}, "rules", i)
+			}
+			s.byName[r.Name] = r
+			s.rules = append(s.rules, r)
 		}
-		if s.byName[r.Name] != nil {
-			return nil, cfg.locate(&FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", r.Name)}, "rules", i)
-		}
-		s.byName[r.Name] = r
-		s.rules = append(s.rules, r)
 	}
 	s.index = buildIndex(s.rules)
-	for i := range cfg.Overrides {
-		o, err := s.compileOverride(&cfg.Overrides[i])
-		if err != nil {
-			return nil, cfg.locate(err, "overrides", i)
+	h := sha256.New()
+	for _, cfg := range cfgs {
+		for i := range cfg.Overrides {
+			o, err := s.compileOverride(&cfg.Overrides[i])
+			if err != nil {
+				return nil, cfg.locate(err, "overrides", i)
+			}
+			s.overrides[o.target] = append(s.overrides[o.target], o)
 		}
-		s.overrides[o.target] = append(s.overrides[o.target], o)
-	}
-	for i := range cfg.Exemptions {
-		if err := s.exemptions.add(&cfg.Exemptions[i]); err != nil {
-			return nil, cfg.locate(err, "exemptions", i)
+		for i := range cfg.Exemptions {
+			if err := s.exemptions.add(&cfg.Exemptions[i]); err != nil {
+				return nil, cfg.locate(err, "exemptions", i)
+			}
 		}
+		canonical, _ := json.Marshal(cfg)
+		h.Write(canonical)
 	}
-	canonical, _ := json.Marshal(cfg)
-	sum := sha256.Sum256(canonical)
-	s.Version = hex.EncodeToString(sum[:6])
+	s.Version = hex.EncodeToString(h.Sum(nil)[:6])
 	return s, nil
 }
 

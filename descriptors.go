@@ -77,6 +77,9 @@ type DescriptorDecision struct {
 // unlimitedRemaining is what Envoy reports as remaining for an unlimited descriptor.
 const unlimitedRemaining = math.MaxUint32
 
+// maxDescriptors bounds one request; Envoy sends a handful, so more is abuse, not traffic.
+const maxDescriptors = 256
+
 // CheckDescriptors decides an Envoy-style request: every descriptor's limit is applied in one
 // atomic step, and a denied request consumes nothing from any of them.
 func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d *DescriptorDecision) error {
@@ -86,22 +89,13 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 	if len(r.Descriptors) == 0 {
 		return &policy.FieldError{Field: "descriptors", Msg: "at least one descriptor is required"}
 	}
+	if len(r.Descriptors) > maxDescriptors {
+		return &policy.FieldError{Field: "descriptors", Msg: fmt.Sprintf("at most %d descriptors", maxDescriptors)}
+	}
 	for i := range r.Descriptors {
-		desc := &r.Descriptors[i]
-		if len(desc.Entries) == 0 {
-			return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].entries", i), Msg: "at least one entry is required"}
-		}
-		for j, e := range desc.Entries {
-			if e.Key == "" {
-				return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Msg: "required"}
-			}
+		for j, e := range r.Descriptors[i].Entries {
 			if len(e.Key) > policy.MaxAttribute || len(e.Value) > policy.MaxAttribute {
 				return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].entries[%d]", i, j), Msg: fmt.Sprintf("longer than %d bytes", policy.MaxAttribute)}
-			}
-		}
-		if desc.Limit != nil {
-			if _, ok := unitPeriod(desc.Limit.Unit); !ok {
-				return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Msg: fmt.Sprintf("unknown unit %q", desc.Limit.Unit)}
 			}
 		}
 	}
@@ -115,7 +109,14 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		desc := &r.Descriptors[i]
 		var lim *envoyconf.Limit
 		if known && desc.Limit == nil {
+			// A descriptor with no entries, or an entry with no key, matches nothing: as in
+			// Envoy's reference service, that is no limit rather than an error.
 			lim = cfg.Match(r.Domain, desc.Entries).Limit
+		}
+		if known && desc.Limit != nil {
+			if _, ok := unitPeriod(desc.Limit.Unit); !ok {
+				return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Msg: fmt.Sprintf("unknown unit %q", desc.Limit.Unit)}
+			}
 		}
 		d.limits = append(d.limits, lim)
 		d.Statuses = append(d.Statuses, DescriptorStatus{OK: true})
@@ -130,9 +131,9 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		if desc.HasHitsAddend {
 			cost = desc.HitsAddend
 		}
-		if cost > policy.MaxCost {
-			return &policy.FieldError{Field: fmt.Sprintf("descriptors[%d].hits_addend", i), Msg: fmt.Sprintf("must be <= %d", policy.MaxCost)}
-		}
+		// A cost beyond any limit's capacity is denied as such (OVER_LIMIT), as in the reference
+		// service; an error would let Envoy's default failure mode wave the request through.
+		cost = min(cost, algorithm.MaxLimit+1)
 		start := len(d.keys)
 		var params *algorithm.Params
 		switch {

@@ -5,39 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 var ctx = context.Background()
 
-type clock struct{ us atomic.Int64 }
-
-func (c *clock) Now() int64          { return c.us.Load() }
-func (c *clock) Wall() time.Time     { return time.UnixMicro(c.us.Load()) }
-func (c *clock) Add(d time.Duration) { c.us.Add(d.Microseconds()) }
-
-func newLimiter(t testing.TB, yml string) (*sluice.Limiter, *clock) {
+func newLimiter(t testing.TB, yml string) (*sluice.Limiter, *testutil.Clock) {
 	t.Helper()
-	c := &clock{}
-	c.us.Store(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMicro())
-	cfg, err := policy.ParseConfig("test.yaml", []byte(yml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policy.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
-	l := sluice.New(st, snap, sluice.WithClock(c.Wall))
-	t.Cleanup(func() { l.Close() })
-	return l, c
+	c := testutil.NewClock()
+	return testutil.Limiter(t, yml, c), c
 }
 
 func check(t testing.TB, l *sluice.Limiter, r sluice.Request) sluice.Decision {
@@ -250,11 +231,7 @@ func TestPolicySwap(t *testing.T) {
 	if d := check(t, l, sluice.Request{User: "u"}); d.Allowed {
 		t.Fatal("third allowed at limit 2")
 	}
-	cfg, _ := policy.ParseConfig("new.yaml", []byte("rules:\n  - {name: r, key: [user], algorithm: fixed_window, limit: 5, period: 1h}\n"))
-	snap, err := policy.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := testutil.Snapshot(t, "rules:\n  - {name: r, key: [user], algorithm: fixed_window, limit: 5, period: 1h}\n")
 	l.SetPolicy(snap)
 	// Raising the limit keeps the count: 2 used of 5.
 	if d := check(t, l, sluice.Request{User: "u"}); !d.Allowed || d.Remaining != 2 || d.PolicyVersion != snap.Version {

@@ -164,10 +164,13 @@ func (p *Params) ticksAt(t int64) int64 { return t * p.tick }
 // encodings share, which is why they decide identically.
 func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
 	var r Result
+	if cost > p.Burst {
+		r.Reason = ReasonCostExceedsCapacity
+		cost = 0 // cost*scale could overflow; nothing is consumed anyway
+	}
 	inc := cost * p.scale
 	switch {
-	case cost > p.Burst:
-		r.Reason = ReasonCostExceedsCapacity
+	case r.Reason != ReasonNone:
 	case inc <= avail:
 		r.Allowed = true
 		avail -= inc
@@ -313,9 +316,9 @@ func (p *Params) fixedWindow(s *State, now, cost int64) Result {
 		r.RetryAfter = start + p.Period - now
 	}
 	r.Remaining = max(0, p.Limit-count)
-	if count > 0 {
-		r.ResetAfter = start + p.Period - now
-	}
+	// The window's end, even for an empty window: callers (and Envoy's duration_until_reset)
+	// read it as when the window turns over.
+	r.ResetAfter = start + p.Period - now
 	return r
 }
 

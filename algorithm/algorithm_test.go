@@ -113,7 +113,7 @@ func TestFixedWindow(t *testing.T) {
 	t.Parallel()
 	var s State
 	run(t, mustParams(t, FixedWindow, 3, 0, time.Second), &s, []step{
-		{at: 0, cost: 0, allowed: true, remaining: 3},
+		{at: 0, cost: 0, allowed: true, remaining: 3, reset: s1},
 		{at: 0, cost: 1, allowed: true, remaining: 2, reset: s1},
 		{at: 10 * ms, cost: 2, allowed: true, remaining: 0, reset: 990 * ms},
 		{at: 20 * ms, cost: 1, remaining: 0, retry: 980 * ms, reset: 980 * ms},

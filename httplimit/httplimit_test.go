@@ -5,28 +5,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func limiter(t *testing.T, yml string) *sluice.Limiter {
 	t.Helper()
-	cfg, err := policy.ParseConfig("t.yaml", []byte(yml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policy.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixMicro()
-	l := sluice.New(memory.New(memory.WithClock(func() int64 { return now }), memory.WithSweepInterval(0)), snap)
-	t.Cleanup(func() { l.Close() })
-	return l
+	return testutil.Limiter(t, yml, testutil.NewClock())
 }
 
 func TestMiddleware(t *testing.T) {

@@ -6,11 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 const testPolicy = `
@@ -21,18 +18,7 @@ rules:
 
 func newServer(t testing.TB) *Server {
 	t.Helper()
-	cfg, err := policy.ParseConfig("t.yaml", []byte(testPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policy.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixMicro()
-	l := sluice.New(memory.New(memory.WithClock(func() int64 { return now }), memory.WithSweepInterval(0)), snap)
-	t.Cleanup(func() { l.Close() })
-	return New(l, nil, Options{})
+	return New(testutil.Limiter(t, testPolicy, testutil.NewClock()), nil, Options{})
 }
 
 func post(s http.Handler, path, body string) *httptest.ResponseRecorder {

@@ -1,0 +1,64 @@
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+//go:embed default-policy.yaml
+var defaultPolicy []byte
+
+func configCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Work with policy files"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "validate PATH...",
+		Short: "Check policy files or folders; print file:line: field: message for each error",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			failed := 0
+			for _, path := range args {
+				snap, err := policy.Load(path)
+				if err != nil {
+					failed++
+					// envoyconf joins several errors; print one per line.
+					for _, line := range strings.Split(strings.TrimPrefix(err.Error(), policy.ErrInvalid.Error()+": "), "\n") {
+						fmt.Fprintln(cmd.ErrOrStderr(), line)
+					}
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", path, describe(snap))
+			}
+			if failed > 0 {
+				return exitError{code: 1, msg: fmt.Sprintf("%d of %d invalid", failed, len(args))}
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "show",
+		Short: "Print the built-in policy that serve uses without --config",
+		Run:   func(cmd *cobra.Command, _ []string) { cmd.OutOrStdout().Write(defaultPolicy) },
+	})
+	return cmd
+}
+
+// describe summarises a snapshot for logs and validate's output.
+func describe(s *policy.Snapshot) string {
+	domains := 0
+	if e := s.Envoy(); e != nil {
+		domains = len(e.Domains())
+	}
+	return fmt.Sprintf("%d rules, %d Envoy domains, version %s", len(s.Rules()), domains, s.Version)
+}
+
+// loadPolicy reads path, or the built-in policy when path is empty.
+func loadPolicy(path string) (*policy.Snapshot, error) {
+	if path == "" {
+		return policy.LoadFiles(map[string][]byte{"built-in default-policy.yaml": defaultPolicy})
+	}
+	return policy.Load(path)
+}

@@ -1,0 +1,57 @@
+// Command sluice is the Sluice rate-limiting service and its command-line client.
+//
+//	sluice serve                      # memory store, built-in policy, HTTP :8080, gRPC :8081
+//	sluice serve --config policy/     # native and Envoy-format YAML files
+//	sluice config validate FILE...    # file:line: field: message on errors
+//	sluice check --user alice         # ask a running server
+//	sluice version
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Sluice: a distributed rate-limiting service",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand(), configCommand(), checkCommand(), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "sluice", version) },
+	})
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		code := 1
+		if ce, ok := err.(exitError); ok {
+			code = ce.code
+		}
+		os.Exit(code)
+	}
+}
+
+// exitError carries a specific exit code: sluice check exits 2 when the request is denied.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+// envDefault returns the environment variable's value, or def: every flag can also be set by
+// environment, for containers.
+func envDefault(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

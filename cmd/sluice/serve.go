@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/grpcapi"
+	"github.com/sluicehq/sluice/server/httpapi"
+	"github.com/sluicehq/sluice/server/rls"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// serveConfig is everything serve is told, validated once here and passed down.
+type serveConfig struct {
+	config           string
+	httpAddr         string
+	grpcAddr         string
+	dataDir          string
+	storeURL         string
+	snapshotInterval time.Duration
+	logLevel         string
+	logFormat        string
+	maxBody          int64
+	responseHeaders  bool
+}
+
+func serveCommand() *cobra.Command {
+	var c serveConfig
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the rate-limit service (HTTP JSON, gRPC sluice.v1 and Envoy RLS v3)",
+		Long: `Run the rate-limit service.
+
+With no flags it runs on the embedded default: the memory store with snapshots under ./data,
+the built-in example policy (sluice config show), HTTP on 127.0.0.1:8080 and gRPC on
+127.0.0.1:8081. Every flag can also be set by the environment variable named in its help.
+The policy reloads on SIGHUP and when its files change; an invalid new policy is logged and
+the running one kept.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+			return serve(cmd.Context(), c)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format (SLUICE_CONFIG); empty uses the built-in policy")
+	f.StringVar(&c.httpAddr, "http", envDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
+	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
+	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot (SLUICE_DATA_DIR)")
+	f.StringVar(&c.storeURL, "store", envDefault("SLUICE_STORE", "memory"), "store: memory (SLUICE_STORE)")
+	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
+	f.StringVar(&c.logLevel, "log-level", envDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	f.StringVar(&c.logFormat, "log-format", envDefault("SLUICE_LOG_FORMAT", "text"), "text or json (SLUICE_LOG_FORMAT)")
+	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes")
+	return cmd
+}
+
+func newLogger(c serveConfig) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", c.logFormat)
+}
+
+func serve(ctx context.Context, c serveConfig) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	if c.storeURL != "memory" {
+		return fmt.Errorf("--store: %q is not a supported store (memory)", c.storeURL)
+	}
+	snap, err := loadPolicy(c.config)
+	if err != nil {
+		return fmt.Errorf("load policy: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg, "memory")
+	m.PolicyLoaded(snap.Version, nil)
+
+	st := memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log))
+	lim := sluice.New(st, snap, sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError))
+	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap))
+
+	httpLn, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		lim.Close()
+		return fmt.Errorf("--http: %w", err)
+	}
+	grpcLn, err := net.Listen("tcp", c.grpcAddr)
+	if err != nil {
+		httpLn.Close()
+		lim.Close()
+		return fmt.Errorf("--grpc: %w", err)
+	}
+
+	api := httpapi.New(lim, m, httpapi.Options{
+		MaxBodyBytes: c.maxBody,
+		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	})
+	httpSrv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	grpcSrv := grpc.NewServer(grpc.MaxRecvMsgSize(1 << 20))
+	grpcapi.New(lim, m).Register(grpcSrv)
+	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
+	reflection.Register(grpcSrv)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errs := make(chan error, 2)
+	go func() { errs <- httpSrv.Serve(httpLn) }()
+	go func() { errs <- grpcSrv.Serve(grpcLn) }()
+	if c.config != "" {
+		go watchPolicy(ctx, c.config, lim, m, log)
+	}
+	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", c.storeURL, "data_dir", c.dataDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests")
+	case serveErr = <-errs:
+		log.Error("listener failed; shutting down", "err", serveErr)
+	}
+	healthSrv.Shutdown()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	stopped := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		grpcSrv.Stop()
+	}
+	if err := lim.Close(); err != nil {
+		log.Error("close store", "err", err)
+		return err
+	}
+	log.Info("stopped; state saved", "data_dir", c.dataDir)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return serveErr
+	}
+	return nil
+}
+
+func orBuiltIn(path string) string {
+	if path == "" {
+		return "built-in"
+	}
+	return path
+}
+
+// watchPolicy reloads the policy on SIGHUP and when its files change. A bad policy is logged,
+// counted and ignored: the running one stays.
+func watchPolicy(ctx context.Context, path string, lim *sluice.Limiter, m *metrics.Metrics, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var events chan fsnotify.Event
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		log.Warn("policy file watching unavailable; reload with SIGHUP", "err", err)
+	} else {
+		defer watcher.Close()
+		// Watch the folder, not the file: editors and ConfigMaps replace files by rename.
+		dir := path
+		if info, err := os.Stat(path); err == nil && !info.IsDir() {
+			dir = filepath.Dir(path)
+		}
+		if err := watcher.Add(dir); err != nil {
+			log.Warn("policy file watching unavailable; reload with SIGHUP", "dir", dir, "err", err)
+		} else {
+			events = watcher.Events
+		}
+	}
+	reload := func(why string) {
+		snap, err := loadPolicy(path)
+		m.PolicyLoaded(versionOf(snap), err)
+		if err != nil {
+			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", lim.Policy().Version, "err", err)
+			return
+		}
+		if snap.Version == lim.Policy().Version {
+			return
+		}
+		lim.SetPolicy(snap)
+		log.Info("policy reloaded", "trigger", why, "policy", describe(snap))
+	}
+	// Changes come in bursts (write, chmod, rename): settle before reading.
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reload("SIGHUP")
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if relevant(path, ev.Name) {
+				settle = time.After(200 * time.Millisecond)
+			}
+		case <-settle:
+			settle = nil
+			reload("file change")
+		}
+	}
+}
+
+func relevant(config, changed string) bool {
+	base := filepath.Base(changed)
+	if strings.HasPrefix(base, ".") {
+		return false
+	}
+	if info, err := os.Stat(config); err == nil && info.IsDir() {
+		return strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml")
+	}
+	return filepath.Clean(changed) == filepath.Clean(config)
+}
+
+func versionOf(s *policy.Snapshot) string {
+	if s == nil {
+		return ""
+	}
+	return s.Version
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, vet, race-enabled unit, fuzz-seed and end-to-end tests (the
+# latter build and run the real binary), and a compile check of the benchmarks module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-deps.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+(cd benchmarks && go vet ./...)
+
+echo "== go test -race"
+go test -race -count=1 -timeout 20m ./...

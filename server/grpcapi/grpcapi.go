@@ -1,0 +1,293 @@
+// Package grpcapi serves Sluice's native gRPC API, sluice.v1.RateLimiter (Check, GetQuota,
+// Reset), over a sluice.Limiter.
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/sluicehq/sluice"
+	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy"
+)
+
+// api labels this server's metrics.
+const api = "grpc"
+
+// Server implements sluicev1.RateLimiterServer. Errors follow the JSON API: bad input is
+// InvalidArgument naming the field and consumes nothing; a store that cannot decide (with no
+// fallback for the rule) is Unavailable. A denial is not an error: it is an OK answer with
+// allowed false.
+type Server struct {
+	sluicev1.UnimplementedRateLimiterServer
+
+	l *sluice.Limiter
+	m *metrics.Metrics
+	// decisions recycles Decisions: the engine fills one in place and keeps its buffers, so a
+	// reused Decision checks without allocating.
+	decisions sync.Pool
+}
+
+var _ sluicev1.RateLimiterServer = (*Server)(nil)
+
+// New returns a Server deciding with l. m may be nil to record no metrics.
+func New(l *sluice.Limiter, m *metrics.Metrics) *Server {
+	s := &Server{l: l, m: m}
+	s.decisions.New = func() any { return new(sluice.Decision) }
+	return s
+}
+
+// Register adds the service to gs. Use it rather than sluicev1.RegisterRateLimiterServer: it
+// also answers a request that does not decode (a string that is not valid UTF-8, which proto3
+// rejects while unmarshalling) with InvalidArgument naming the field, where gRPC would answer
+// Internal, a server fault, for the client's bad input. It assumes gs decodes with the
+// standard proto codec (no ForceServerCodec).
+func (s *Server) Register(gs *grpc.Server) {
+	desc := sluicev1.RateLimiter_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods) // the generated desc is shared; never edit it
+	for i := range desc.Methods {
+		desc.Methods[i].Handler = s.decodeErrors(desc.Methods[i].Handler)
+	}
+	gs.RegisterService(&desc, s)
+}
+
+// decodeErrors wraps a generated handler so that a request message that does not decode is
+// InvalidArgument. The handler's dec sends its own status to the client when the codec fails,
+// before the handler can return another, so the codec must not fail: dec is given a
+// rawRequest, whose Unmarshal decodes the real message and keeps the error for us.
+func (s *Server) decodeErrors(h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		strict := func(m any) error {
+			pm, ok := m.(proto.Message)
+			if !ok {
+				return dec(m)
+			}
+			raw := rawRequest{m: pm}
+			if err := dec(&raw); err != nil {
+				return err // transport errors: oversized, cancelled, bad compression
+			}
+			if raw.err != nil {
+				s.m.Rejected(api, "invalid")
+				return status.Error(codes.InvalidArgument, raw.err.Error())
+			}
+			return nil
+		}
+		return h(srv, ctx, strict, ic)
+	}
+}
+
+// rawRequest stands in for a request message in gRPC's proto codec. It is a legacy message
+// (the protobuf-go API before v2): the codec hands its Unmarshal method the raw bytes, which
+// no other hook sees, so a decode error can be reported with the field that caused it.
+type rawRequest struct {
+	m   proto.Message
+	err error
+}
+
+func (r *rawRequest) Reset()         { proto.Reset(r.m) }
+func (r *rawRequest) String() string { return fmt.Sprint(r.m) } // what a stats handler logs
+func (r *rawRequest) ProtoMessage()  {}
+
+// Unmarshal decodes b into the real message. It never fails, so that the codec does not
+// answer Internal on its own; the error is kept in r.err.
+func (r *rawRequest) Unmarshal(b []byte) error {
+	if err := proto.Unmarshal(b, r.m); err != nil {
+		if field := invalidUTF8Field(r.m.ProtoReflect().Descriptor(), b, 0); field != "" {
+			r.err = &policy.FieldError{Field: field, Msg: "not valid UTF-8"}
+		} else {
+			r.err = fmt.Errorf("malformed request: %w", err)
+		}
+	}
+	return nil
+}
+
+// invalidUTF8Field returns the name of the first string field of the wire-form message b
+// that is not valid UTF-8, "descriptors" for a map entry, or "" when there is none or b does
+// not parse. depth bounds recursion on hostile input (the messages here nest once, in maps).
+func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, depth int) string {
+	for len(b) > 0 && depth < 2 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		switch {
+		case fd == nil:
+		case fd.Kind() == protoreflect.MessageKind && fd.IsMap():
+			if invalidUTF8Field(fd.Message(), v, depth+1) != "" {
+				return string(fd.Name())
+			}
+		case fd.Kind() == protoreflect.StringKind && !utf8.Valid(v):
+			return string(fd.Name())
+		}
+	}
+	return ""
+}
+
+// Check decides the request and consumes its cost (absent: 1; 0 looks without consuming).
+func (s *Server) Check(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	start := time.Now()
+	var r policy.Request
+	look, err := requestOf(in, &r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	d := s.decisions.Get().(*sluice.Decision)
+	defer s.decisions.Put(d)
+	if look {
+		err = s.l.Quota(ctx, &r, d)
+	} else {
+		err = s.l.Check(ctx, &r, d)
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	s.m.ObserveCheck(api, d, time.Since(start))
+	return responseOf(d), nil
+}
+
+// GetQuota reports the request's limits without consuming; its cost and idempotency_key are
+// not used, but a bad cost is still an error so that a caller learns of it.
+func (s *Server) GetQuota(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	start := time.Now()
+	var r policy.Request
+	if _, err := requestOf(in, &r); err != nil {
+		return nil, s.fail(err)
+	}
+	d := s.decisions.Get().(*sluice.Decision)
+	defer s.decisions.Put(d)
+	if err := s.l.Quota(ctx, &r, d); err != nil {
+		return nil, s.fail(err)
+	}
+	s.m.ObserveCheck(api, d, time.Since(start))
+	return responseOf(d), nil
+}
+
+// Reset restores the buckets the attributes address, or only those of the named rule.
+func (s *Server) Reset(ctx context.Context, in *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
+	r := policy.Request{
+		Tenant: in.GetTenant(), User: in.GetUser(), APIKey: in.GetApiKey(), IP: in.GetIp(),
+		Endpoint: in.GetEndpoint(), Method: in.GetMethod(), Tier: in.GetTier(),
+		Descriptors: in.GetDescriptors(),
+	}
+	n, err := s.l.Reset(ctx, &r, in.GetRule())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &sluicev1.ResetResponse{KeysReset: int64(n)}, nil
+}
+
+// fail maps an engine error to a status: bad input is InvalidArgument with the error's text,
+// which names the field; anything else means the limiter could not decide.
+func (s *Server) fail(err error) error {
+	if errors.Is(err, policy.ErrInvalid) {
+		s.m.Rejected(api, "invalid")
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// requestOf fills r from in. look reports a cost of 0 given explicitly: a look without
+// consuming. The engine validates the attributes; only what the wire form adds is checked
+// here, because policy.Request has no way to say "absent".
+func requestOf(in *sluicev1.CheckRequest, r *policy.Request) (look bool, err error) {
+	*r = policy.Request{
+		Tenant: in.GetTenant(), User: in.GetUser(), APIKey: in.GetApiKey(), IP: in.GetIp(),
+		Endpoint: in.GetEndpoint(), Method: in.GetMethod(), Tier: in.GetTier(),
+		Descriptors: in.GetDescriptors(), IdempotencyKey: in.GetIdempotencyKey(),
+		Cost: 1,
+	}
+	if in != nil && in.Cost != nil {
+		r.Cost = *in.Cost
+	}
+	if r.Cost < 0 {
+		return false, &policy.FieldError{Field: "cost", Msg: "must be >= 0"}
+	}
+	return r.Cost == 0, nil
+}
+
+// responseOf converts a decision to its wire form. The results share one backing array: one
+// allocation for the list, not one per limit.
+func responseOf(d *sluice.Decision) *sluicev1.CheckResponse {
+	out := &sluicev1.CheckResponse{
+		Allowed:       d.Allowed,
+		State:         stateOf(d.State),
+		Limit:         d.Limit,
+		Remaining:     d.Remaining,
+		ResetAfterMs:  ceilMillis(d.ResetAfter),
+		RetryAfterMs:  ceilMillis(d.RetryAfter),
+		DelayMs:       ceilMillis(d.Delay),
+		Rule:          d.Rule,
+		Scope:         d.Scope,
+		Shadow:        d.Shadow,
+		Exempt:        d.Exempt,
+		Replayed:      d.Replayed,
+		Degraded:      d.Degraded,
+		Reason:        d.Reason,
+		PolicyVersion: d.PolicyVersion,
+	}
+	if len(d.Results) == 0 {
+		return out
+	}
+	results := make([]sluicev1.LimitResult, len(d.Results))
+	out.Results = make([]*sluicev1.LimitResult, len(d.Results))
+	for i := range d.Results {
+		r, w := &d.Results[i], &results[i]
+		w.Rule, w.Scope, w.Algorithm = r.Rule, r.Scope, r.Algorithm.String()
+		w.Allowed, w.State, w.Limit, w.Remaining = r.Allowed, stateOf(r.State), r.Limit, r.Remaining
+		w.ResetAfterMs, w.RetryAfterMs, w.DelayMs = ceilMillis(r.ResetAfter), ceilMillis(r.RetryAfter), ceilMillis(r.Delay)
+		w.Shadow, w.Reason = r.Shadow, r.Reason
+		out.Results[i] = w
+	}
+	return out
+}
+
+func stateOf(s sluice.State) sluicev1.State {
+	switch s {
+	case sluice.StateSoft:
+		return sluicev1.State_STATE_SOFT
+	case sluice.StateHard:
+		return sluicev1.State_STATE_HARD
+	}
+	return sluicev1.State_STATE_NORMAL
+}
+
+// ceilMillis rounds d up to whole milliseconds, as the JSON API does, so a caller that waits
+// retry_after_ms is never early. It divides before rounding: adding 999µs first would overflow
+// for a ban that lasts "forever" (the longest Duration).
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}

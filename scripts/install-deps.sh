@@ -6,7 +6,7 @@ set -euo pipefail
 need=()
 command -v go >/dev/null || { echo "install-deps: Go is required (https://go.dev/dl)"; exit 1; }
 for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null || need+=(redis-server)
+  command -v "$tool" >/dev/null || { need=(redis-server); break; }
 done
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -19,17 +19,20 @@ wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev
 rls() { "$BIN/rlsload" -addr "127.0.0.1:$1" -c 50 -conns 1 -d "${D}s" -keys 100000 -descriptors "$2" | tail -n 3; }
 http() { wrk -t2 -c50 -d"${D}s" --latency -s "$BENCH/check.lua" "http://127.0.0.1:$1" | grep -E "Requests/sec|50%|99%|Non-2xx"; }
 
-"$BIN/noop-rls" -addr 127.0.0.1:18599 & wait_port 18599
+stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
+
+"$BIN/noop-rls" -addr 127.0.0.1:18599 & pid=$!; wait_port 18599
 echo "== RLS ceiling (noop-rls), 1 descriptor";  rls 18599 1
 echo "== RLS ceiling (noop-rls), 4 descriptors"; rls 18599 4
-kill %1; wait %1 2>/dev/null || true
+stop $pid
 
-"$BIN/sluice" serve --config examples/bench --http 127.0.0.1:18080 --grpc 127.0.0.1:18081 --data-dir "$BIN/data" --log-level warn &
+"$BIN/sluice" serve --config examples/bench --http 127.0.0.1:18080 --grpc 127.0.0.1:18081 --data-dir "$BIN/data" --log-level warn ${SLUICE_FLAGS:-} & pid=$!
 wait_port 18080; wait_port 18081
 echo "== RLS sluice (memory store), 1 descriptor";  rls 18081 1
 echo "== RLS sluice (memory store), 4 descriptors"; rls 18081 4
 echo "== HTTP sluice /v1/check (memory store)"; http 18080
-kill %2; wait %2 2>/dev/null || true
+stop $pid
 
-"$BIN/noop-http" -addr 127.0.0.1:18598 & wait_port 18598
+"$BIN/noop-http" -addr 127.0.0.1:18598 & pid=$!; wait_port 18598
 echo "== HTTP ceiling (noop-http)"; http 18598
+stop $pid

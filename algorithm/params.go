@@ -176,3 +176,10 @@ func gcd(a, b int64) int64 {
 
 // ceilDiv is ⌈a/b⌉ for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// Derived returns the integers the algorithm runs on, for stores that run it elsewhere (the
+// Redis scripts): the tick in µs and its exponent, the period in ticks, and for the bucket
+// algorithms the sub-units per token (scale), refilled per tick (rate), and the capacity.
+func (p *Params) Derived() (tick, tickExp, periodTicks, scale, rate, capacity int64) {
+	return p.tick, p.tickExp, p.periodTicks, p.scale, p.rate, p.capacity
+}

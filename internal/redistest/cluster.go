@@ -1,0 +1,116 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// clusterTimeout bounds `redis-cli --cluster create` and, separately, the wait for a healthy
+// cluster. Creation itself polls once a second for the nodes to agree, so it takes a few
+// seconds; masters also hold cluster_state:fail for 2 s after they start.
+const clusterTimeout = 30 * time.Second
+
+// Cluster is a Redis Cluster of real redis-server nodes on 127.0.0.1.
+type Cluster struct {
+	// Nodes are the servers in creation order. redis-cli makes the first `primaries` of them
+	// primaries and the rest replicas, but a failover can swap roles; ask a node (INFO
+	// replication) when it matters.
+	Nodes []*Server
+	// Addrs are the nodes' addresses, in the same order: the seed list for a cluster client.
+	Addrs []string
+}
+
+// StartCluster starts primaries*(1+replicas) cluster nodes, joins them with
+// `redis-cli --cluster create ... --cluster-replicas replicas --cluster-yes`, waits until every
+// node reports a healthy cluster (see WaitOK), and stops all nodes when the test ends. Redis
+// needs at least 3 primaries. opts apply to every node; nodes use cluster-node-timeout 2000
+// unless WithConfig says otherwise. Skips like Start when redis-server or redis-cli is missing.
+func StartCluster(t testing.TB, primaries, replicas int, opts ...Option) *Cluster {
+	t.Helper()
+	if primaries < 3 || replicas < 0 {
+		t.Fatalf("redistest: a cluster needs at least 3 primaries and no negative replicas, got %d and %d", primaries, replicas)
+	}
+	cli := need(t, "redis-cli")
+	n := primaries * (1 + replicas)
+	c := &Cluster{}
+	nodeOpts := append([]Option{withCluster()}, opts...)
+	for range n {
+		s := Start(t, nodeOpts...)
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	cmd := exec.CommandContext(ctx, cli, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("redistest: %s %v: %v\n%s", cli, args, err, out)
+	}
+	c.WaitOK(t)
+	return c
+}
+
+// WaitOK waits until every running node reports cluster_state:ok, knows all nodes, sees all
+// 16384 slots served, and, if it is a replica, has its link to the primary up. Tests call it
+// after killing or restarting nodes to wait for the cluster to settle. It fails the test after
+// 30 s with the last thing that was wrong.
+func (c *Cluster) WaitOK(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		err := c.check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster not ok within %v: %v", clusterTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// check returns why the cluster is not healthy yet, or nil.
+func (c *Cluster) check() error {
+	running := 0
+	for _, s := range c.Nodes {
+		if !s.Running() {
+			continue
+		}
+		running++
+		reply, err := s.Do("CLUSTER", "INFO")
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER INFO: %w", s.Addr, err)
+		}
+		f := infoFields(reply)
+		want := map[string]string{
+			"cluster_state":          "ok",
+			"cluster_slots_assigned": "16384",
+			"cluster_slots_ok":       "16384",
+			"cluster_known_nodes":    strconv.Itoa(len(c.Nodes)),
+		}
+		for k, v := range want {
+			if f[k] != v {
+				return fmt.Errorf("%s: %s is %q, want %q", s.Addr, k, f[k], v)
+			}
+		}
+		reply, err = s.Do("INFO", "replication")
+		if err != nil {
+			return fmt.Errorf("%s: INFO replication: %w", s.Addr, err)
+		}
+		if r := infoFields(reply); r["role"] == "slave" && r["master_link_status"] != "up" {
+			return fmt.Errorf("%s: replica link to %s:%s is %q", s.Addr, r["master_host"], r["master_port"], r["master_link_status"])
+		}
+	}
+	if running == 0 {
+		return errors.New("no node is running")
+	}
+	return nil
+}

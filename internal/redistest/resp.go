@@ -1,0 +1,129 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrNil is returned by Do for a nil reply, such as GET of a missing key.
+var ErrNil = errors.New("redistest: nil reply")
+
+// ReplyError is an error reply from the server, such as "MOVED 3999 127.0.0.1:7002".
+type ReplyError string
+
+func (e ReplyError) Error() string { return "redis: " + string(e) }
+
+// ioTimeout bounds one Do or PING round trip, so a wedged server fails a test instead of
+// hanging it.
+const ioTimeout = 5 * time.Second
+
+// Do sends one command on a fresh connection and returns the reply as a string: the text of a
+// simple string or bulk string, the decimal form of an integer. A nil reply gives ErrNil, an
+// error reply a ReplyError. Array replies are not supported: this is for setting up and
+// checking servers, not a client library.
+func (s *Server) Do(args ...string) (string, error) {
+	return do(s.Addr, args...)
+}
+
+func do(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, ioTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(ioTimeout))
+	// Sent as a RESP array of bulk strings, so arguments may hold spaces and CRLF.
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return "", err
+	}
+	if line == "" {
+		return "", errors.New("redistest: empty reply line")
+	}
+	switch body := line[1:]; line[0] {
+	case '+', ':':
+		return body, nil
+	case '-':
+		return "", ReplyError(body)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return "", fmt.Errorf("redistest: bad bulk length %q", body)
+		}
+		if n < 0 {
+			return "", ErrNil
+		}
+		buf := make([]byte, n+2) // payload and CRLF
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		if body == "-1" {
+			return "", ErrNil
+		}
+		return "", fmt.Errorf("redistest: array replies are not supported (got %q)", line)
+	default:
+		return "", fmt.Errorf("redistest: unexpected reply %q", line)
+	}
+}
+
+func readLine(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r"), nil
+}
+
+// ping sends the inline command PING, which every Redis accepts before any handshake, and
+// expects +PONG.
+func ping(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := readLine(bufio.NewReader(conn))
+	if err != nil {
+		return err
+	}
+	if line != "+PONG" {
+		return fmt.Errorf("PING: got %q", line)
+	}
+	return nil
+}
+
+// infoFields parses the "key:value" lines of INFO and CLUSTER INFO.
+func infoFields(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok {
+			m[k] = v
+		}
+	}
+	return m
+}

@@ -1,0 +1,118 @@
+-- prelude.lua: the arithmetic the six algorithms share, ported from algorithm/*.go.
+-- Every value is an integer below 2^52, which a Lua double holds exactly, and every division is
+-- floored on non-negative operands, so each result equals the Go integer result bit for bit.
+-- Params p: kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate, capacity.
+-- State s: t, v, w (integers, as in algorithm.State), log (sliding_window_log entries).
+-- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
+
+local floor = math.floor
+local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
+local REASON_NONE, REASON_COST_EXCEEDS_CAPACITY = 0, 1
+
+local function idiv(a, b) return floor(a / b) end
+local function imod(a, b) return a - floor(a / b) * b end
+local function ceil_div(a, b) return floor((a + b - 1) / b) end
+local function imax(a, b) if a > b then return a end return b end
+local function imin(a, b) if a < b then return a end return b end
+
+local function new_result()
+  return { allowed = false, reason = REASON_NONE, remaining = 0, reset = 0, retry = 0, delay = 0 }
+end
+
+-- after is the time in µs from now until tick now_t+k begins, never negative.
+local function after(p, now_t, k, now) return imax(0, (now_t + k) * p.tick - now) end
+
+local function ticks(p, now)
+  if p.tick == 1 then return now end
+  return idiv(now, p.tick)
+end
+
+-- fingerprint: the unit bucket state is written in (never 0, so a zero state is fresh).
+local function fingerprint(p)
+  local unit = p.scale
+  if p.kind == GCRA then
+    unit = p.rate
+    if unit == 0 then unit = 1 end
+  end
+  return unit * 8 + p.tick_exp
+end
+
+-- bucket_result decides cost against avail sub-units: the one decision the three bucket
+-- encodings share.
+local function bucket_result(p, avail, cost, now_t, now)
+  local r = new_result()
+  if cost > p.burst then
+    r.reason = REASON_COST_EXCEEDS_CAPACITY
+    cost = 0
+  end
+  local inc = cost * p.scale
+  if r.reason ~= REASON_NONE then
+  elseif inc <= avail then
+    r.allowed = true
+    avail = avail - inc
+  else
+    r.retry = after(p, now_t, ceil_div(inc - avail, p.rate), now)
+  end
+  if p.rate > 0 then
+    r.reset = after(p, now_t, ceil_div(p.capacity - avail, p.rate), now)
+  end
+  r.remaining = idiv(imax(0, avail), p.scale)
+  return r
+end
+
+-- convert rewrites bucket state written under another fingerprint into p's units, rounding
+-- against the caller; false when s held no state.
+local function convert(p, s, now_t)
+  if s.w == 0 then return false end
+  local old_unit, old_exp = idiv(s.w, 8), imod(s.w, 8)
+  local function to_ticks(t)
+    for _ = p.tick_exp + 1, old_exp do t = t * 10 end
+    for _ = old_exp + 1, p.tick_exp do t = idiv(t, 10) end
+    return t
+  end
+  if p.kind == TOKEN_BUCKET then
+    local tokens = imin(idiv(s.v, old_unit), p.burst)
+    s.t, s.v = imin(to_ticks(s.t), now_t), tokens * p.scale
+  elseif p.kind == LEAKY_BUCKET then
+    local level = imin(ceil_div(s.v, old_unit), p.burst)
+    s.t, s.v = imin(to_ticks(s.t), now_t), level * p.scale
+  elseif p.kind == GCRA then
+    local tat = s.t
+    if s.v > 0 then tat = tat + 1 end
+    s.t, s.v = to_ticks(tat), 0
+    if p.tick_exp > old_exp then s.t = s.t + 1 end
+  end
+  return true
+end
+
+-- window is the start (µs) of the epoch-aligned window of p.period that holds now.
+local function window(p, now) return now - imod(now, p.period) end
+
+-- load_state reads a key's state: the hash's t, v, w and, for sliding_window_log, the
+-- entries of its log list ("at:cost" elements). A missing key is a fresh state.
+local function load_state(key, log_key, kind)
+  local h = redis.call('HMGET', key, 't', 'v', 'w')
+  local s = { t = tonumber(h[1]) or 0, v = tonumber(h[2]) or 0, w = tonumber(h[3]) or 0,
+              log = {}, head = 1, loaded = 0, idle = 0, key = key, log_key = log_key, kind = kind }
+  if kind == SLIDING_WINDOW_LOG then
+    local raw = redis.call('LRANGE', log_key, 0, -1)
+    for j, e in ipairs(raw) do
+      local c = string.find(e, ':', 1, true)
+      s.log[j] = { tonumber(string.sub(e, 1, c - 1)), tonumber(string.sub(e, c + 1)) }
+    end
+    s.loaded = #raw
+  end
+  return s
+end
+
+-- read_params reads the 10 parameter values that start after ARGV[b].
+local function read_params(b)
+  return {
+    kind = tonumber(ARGV[b + 1]), limit = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]),
+    period = tonumber(ARGV[b + 4]), tick = tonumber(ARGV[b + 5]), tick_exp = tonumber(ARGV[b + 6]),
+    period_ticks = tonumber(ARGV[b + 7]), scale = tonumber(ARGV[b + 8]), rate = tonumber(ARGV[b + 9]),
+    capacity = tonumber(ARGV[b + 10]),
+  }
+end
+
+local algorithms = {}

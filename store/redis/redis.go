@@ -1,0 +1,421 @@
+// Package redis is Sluice's Redis store: the same decisions as store/memory, made inside Redis
+// by Lua scripts (one file per algorithm, twins of algorithm/*.go) with Redis's own clock, so
+// any number of stateless Sluice nodes share exact limits. It works against one Redis, Redis
+// Sentinel and Redis Cluster.
+//
+// One request is one round trip: the ops of each hash slot go in one script call, all calls in
+// one pipeline. A single node runs every op in one call, all or nothing. On a Cluster, ops on
+// other slots (global and endpoint-wide buckets) are consumed by their own calls and refunded,
+// in a second round trip, when a sibling limit denies.
+package redis
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/store"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// scriptOf concatenates the prelude, the six algorithm files and main into one script.
+func scriptOf(main string) string {
+	var b strings.Builder
+	for _, f := range []string{"prelude", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", main} {
+		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
+		if err != nil {
+			panic(err) // embedded at build time: cannot happen
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+var (
+	batchScript  = rueidis.NewLuaScript(scriptOf("batch"))
+	refundScript = rueidis.NewLuaScript(scriptOf("refund"))
+)
+
+// MinVersion is the oldest Redis the scripts run on (effects replication of TIME in scripts,
+// HSET with several fields).
+const MinVersion = 5
+
+// Store is the Redis store. Create it with New.
+type Store struct {
+	client  rueidis.Client
+	cluster bool
+	now     func() int64 // tests only: pass the time instead of Redis TIME
+	timeout time.Duration
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTimeForTests makes the scripts use now instead of Redis TIME, so tests can drive time
+// and compare with the memory store at the same instants. Never in production.
+func WithTimeForTests(now func() int64) Option { return func(s *Store) { s.now = now } }
+
+// WithTimeout bounds every store call (default 1 s; the resilience layer sets it lower).
+func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+
+// New connects to the Redis that rawURL names:
+//
+//	redis://[user:pass@]host:port[/db]           one server (a Cluster node is detected)
+//	rediss://...                                 the same over TLS
+//	redis-sentinel://[user:pass@]h1:p1,h2:p2/master[?db=N]
+//	redis-cluster://[user:pass@]h1:p1,h2:p2,...  a Cluster from several seeds
+//
+// Query parameters: dial_timeout, write_timeout (durations), tls=true (sentinel and cluster
+// forms), tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
+// reached or is older than MinVersion.
+func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
+	opt, cluster, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: connect to %s: %w", redact(rawURL), err)
+	}
+	s := &Store{client: client, cluster: cluster, timeout: time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.check(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
+	}
+	return s, nil
+}
+
+// check verifies the server's version and whether it runs as a Cluster.
+func (s *Store) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := s.client.Do(ctx, s.client.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("unreachable: %w", err)
+	}
+	version := field(info, "redis_version")
+	major, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
+	if major < MinVersion {
+		return fmt.Errorf("Redis %s is too old: the scripts need %d.0 or newer", version, MinVersion)
+	}
+	if info, err := s.client.Do(ctx, s.client.B().Info().Section("cluster").Build()).ToString(); err == nil && field(info, "cluster_enabled") == "1" {
+		s.cluster = true
+	}
+	return nil
+}
+
+func field(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func parseURL(raw string) (rueidis.ClientOption, bool, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return rueidis.ClientOption{}, false, fmt.Errorf("--store: %w", err)
+	}
+	q := u.Query()
+	var opt rueidis.ClientOption
+	cluster := false
+	switch u.Scheme {
+	case "redis", "rediss":
+		// rueidis reads host, credentials, db, TLS and addr= from these itself.
+		clean := *u
+		clean.RawQuery = ""
+		if opt, err = rueidis.ParseURL(clean.String()); err != nil {
+			return opt, false, fmt.Errorf("--store: %w", err)
+		}
+	case "redis-sentinel", "redis-cluster":
+		opt.InitAddress = strings.Split(u.Host, ",")
+		if u.User != nil {
+			opt.Username = u.User.Username()
+			opt.Password, _ = u.User.Password()
+		}
+		if u.Scheme == "redis-sentinel" {
+			opt.Sentinel.MasterSet = strings.Trim(u.Path, "/")
+			if opt.Sentinel.MasterSet == "" {
+				return opt, false, errors.New("--store: redis-sentinel:// needs the master name as its path")
+			}
+			opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+			if db := q.Get("db"); db != "" {
+				if opt.SelectDB, err = strconv.Atoi(db); err != nil {
+					return opt, false, fmt.Errorf("--store: db %q: %w", db, err)
+				}
+			}
+		} else {
+			cluster = true
+			opt.ShuffleInit = true
+		}
+		if q.Get("tls") == "true" {
+			opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	default:
+		return opt, false, fmt.Errorf("--store: unsupported scheme %q (memory, redis://, rediss://, redis-sentinel://, redis-cluster://)", u.Scheme)
+	}
+	if len(opt.InitAddress) == 0 || opt.InitAddress[0] == "" {
+		return opt, false, errors.New("--store: no Redis address")
+	}
+	if v := q.Get("dial_timeout"); v != "" {
+		if opt.Dialer.Timeout, err = time.ParseDuration(v); err != nil {
+			return opt, false, fmt.Errorf("--store: dial_timeout: %w", err)
+		}
+	}
+	if v := q.Get("write_timeout"); v != "" {
+		if opt.ConnWriteTimeout, err = time.ParseDuration(v); err != nil {
+			return opt, false, fmt.Errorf("--store: write_timeout: %w", err)
+		}
+	}
+	if q.Get("tls_insecure_skip_verify") == "true" && opt.TLSConfig != nil {
+		opt.TLSConfig.InsecureSkipVerify = true
+	}
+	// The limiter wants answers, not client-side caching of them.
+	opt.DisableCache = true
+	return opt, cluster, nil
+}
+
+// redact hides the password of a URL for errors and logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Close closes the connections.
+func (s *Store) Close() error {
+	s.client.Close()
+	return nil
+}
+
+// group is the ops of one hash slot, for one script call.
+type group struct {
+	ops  []int // indexes into the batch
+	keys []string
+	args []string
+}
+
+// Apply decides the batch inside Redis: see the package comment.
+func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
+	if len(b.Ops) == 0 {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	groups := s.group(b)
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now(), 10)
+	}
+	ttl := "0"
+	if len(b.IdempotencyKey) > 0 {
+		ttl = strconv.FormatInt(max(1, b.IdempotencyTTL.Milliseconds()), 10)
+	}
+	execs := make([]rueidis.LuaExec, len(groups))
+	for gi := range groups {
+		g := &groups[gi]
+		g.args = append([]string{now, ttl, strconv.Itoa(len(g.ops))}, g.args...)
+		if len(b.IdempotencyKey) > 0 {
+			g.keys = append(g.keys, s.idempotencyKey(g.keys[0], b.IdempotencyKey))
+		}
+		execs[gi] = rueidis.LuaExec{Keys: g.keys, Args: g.args}
+	}
+	var replies []rueidis.RedisResult
+	if len(execs) == 1 {
+		replies = []rueidis.RedisResult{batchScript.Exec(ctx, s.client, execs[0].Keys, execs[0].Args)}
+	} else {
+		replies = batchScript.ExecMulti(ctx, s.client, execs...)
+	}
+	replayed, denied := false, false
+	nows := make([]int64, len(groups))
+	for gi, reply := range replies {
+		vals, err := reply.AsIntSlice()
+		if err != nil {
+			return false, fmt.Errorf("%w: redis: %v", store.ErrUnavailable, err)
+		}
+		g := &groups[gi]
+		if len(vals) < 2 || (vals[0] == 0 && len(vals) != 2+6*len(g.ops)) {
+			return false, fmt.Errorf("%w: redis: script answered %d values for %d ops", store.ErrUnavailable, len(vals), len(g.ops))
+		}
+		replayed = replayed || vals[0] == 1
+		nows[gi] = vals[1]
+		for j, i := range g.ops {
+			if len(vals) < 2+6*(j+1) {
+				// A replay recorded before the policy changed has fewer limits: as in the
+				// memory store, report the extra limit as untouched.
+				results[i] = algorithm.Result{Allowed: true}
+				continue
+			}
+			v := vals[2+6*j:]
+			results[i] = algorithm.Result{
+				Allowed: v[0] == 1, Reason: algorithm.Reason(v[1]), Remaining: v[2],
+				ResetAfter: v[3], RetryAfter: v[4], Delay: v[5],
+			}
+			if !results[i].Allowed && !b.Ops[i].Shadow {
+				denied = true
+			}
+		}
+	}
+	if denied && len(groups) > 1 && !replayed {
+		if err := s.refund(ctx, b, groups, nows, results); err != nil {
+			return false, err
+		}
+	}
+	return replayed, nil
+}
+
+// group splits the ops by hash slot; a single server takes them all in one call.
+func (s *Store) group(b *store.Batch) []group {
+	var gs []group
+	var slots []uint16
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		gi := 0
+		if s.cluster {
+			slot := Slot(op.Key)
+			gi = -1
+			for j, sl := range slots {
+				if sl == slot {
+					gi = j
+					break
+				}
+			}
+			if gi < 0 {
+				slots = append(slots, slot)
+				gs = append(gs, group{})
+				gi = len(gs) - 1
+			}
+		} else if len(gs) == 0 {
+			gs = append(gs, group{})
+		}
+		g := &gs[gi]
+		g.ops = append(g.ops, i)
+		state := redisKey(op.Key)
+		g.keys = append(g.keys, state, state+":log")
+		g.args = appendParams(g.args, op.Params, op.Cost, op.Shadow)
+	}
+	return gs
+}
+
+// redisKey is the Redis key of a bucket key. A key without a hash tag gets its whole self as
+// the tag, so its log list lands on the same slot.
+func redisKey(k []byte) string {
+	if tag := key.HashTag(k); len(tag) < len(k) {
+		return string(k)
+	}
+	return "{" + string(k) + "}"
+}
+
+// idempotencyKey is where a request's decision is remembered. On a Cluster each slot of the
+// request remembers its own part, on the slot of stateKey, so a replay needs no second round
+// trip; a single server keeps one record per request.
+func (s *Store) idempotencyKey(stateKey string, id []byte) string {
+	sum := sha256.Sum256(id)
+	name := key.Prefix + "idem:" + hex.EncodeToString(sum[:16])
+	if !s.cluster {
+		return name
+	}
+	return "{" + string(key.HashTag([]byte(stateKey))) + "}:" + name
+}
+
+func appendParams(args []string, p *algorithm.Params, cost int64, shadow bool) []string {
+	tick, tickExp, periodTicks, scale, rate, capacity := p.Derived()
+	sh := "0"
+	if shadow {
+		sh = "1"
+	}
+	return append(args,
+		strconv.Itoa(int(p.Kind)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.Burst, 10),
+		strconv.FormatInt(p.Period, 10), strconv.FormatInt(tick, 10), strconv.FormatInt(tickExp, 10),
+		strconv.FormatInt(periodTicks, 10), strconv.FormatInt(scale, 10), strconv.FormatInt(rate, 10),
+		strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), sh)
+}
+
+// refund gives back what the groups that allowed consumed, when another group denied.
+func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result) error {
+	// A group that denied rolled itself back inside its script: only groups that committed
+	// have anything to give back.
+	committed := make([]bool, len(groups))
+	for gi := range groups {
+		committed[gi] = true
+		for _, i := range groups[gi].ops {
+			if !results[i].Allowed && !b.Ops[i].Shadow {
+				committed[gi] = false
+			}
+		}
+	}
+	var execs []rueidis.LuaExec
+	for gi := range groups {
+		g := &groups[gi]
+		var keys, args []string
+		for _, i := range g.ops {
+			op := &b.Ops[i]
+			cost := int64(0)
+			if results[i].Allowed && committed[gi] {
+				cost = op.Cost
+			}
+			state := redisKey(op.Key)
+			keys = append(keys, state, state+":log")
+			args = appendParams(args, op.Params, cost, op.Shadow)
+		}
+		args = append([]string{strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops))}, args...)
+		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: args})
+	}
+	for gi, r := range refundScript.ExecMulti(ctx, s.client, execs...) {
+		vals, err := r.AsIntSlice()
+		if err != nil {
+			return fmt.Errorf("%w: redis refund: %v", store.ErrUnavailable, err)
+		}
+		for j, i := range groups[gi].ops {
+			if results[i].Allowed && b.Ops[i].Cost > 0 && committed[gi] && len(vals) >= 2*(j+1) {
+				results[i].Remaining, results[i].ResetAfter, results[i].Delay = vals[2*j], vals[2*j+1], 0
+			}
+		}
+	}
+	return nil
+}
+
+// Reset deletes the state of keys.
+func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, len(keys))
+	for _, k := range keys {
+		state := redisKey(k)
+		cmds = append(cmds, s.client.B().Del().Key(state, state+":log").Build())
+	}
+	for _, r := range s.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("%w: redis reset: %v", store.ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// Client exposes the connection for tests and tools.
+func (s *Store) Client() rueidis.Client { return s.client }

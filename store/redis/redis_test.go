@@ -1,0 +1,245 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+var ctx = context.Background()
+
+// clock is the test's time. It starts a day ahead of the real clock on a whole second, so the
+// keys' real-time expiry (PEXPIREAT) never fires during a test: Redis keeps idle state that
+// the memory store has dropped, and the two must still decide alike.
+type clock struct{ us atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.us.Store(time.Now().Add(24 * time.Hour).Truncate(time.Second).UnixMicro())
+	return c
+}
+func (c *clock) Now() int64 { return c.us.Load() }
+
+func connect(t testing.TB, url string, c *clock) *Store {
+	t.Helper()
+	s, err := New(ctx, url, WithTimeForTests(c.Now), WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// limit is one bucket of the differential test: a key and its parameters.
+type limit struct {
+	key    []byte
+	params algorithm.Params
+}
+
+func limits(t testing.TB) []limit {
+	var ls []limit
+	for i, k := range algorithm.Kinds {
+		for j, spec := range []struct {
+			n, b   int64
+			period time.Duration
+		}{{5, 0, time.Second}, {3, 8, 7 * time.Millisecond}, {20, 0, time.Minute}} {
+			p, err := algorithm.NewParams(k, spec.n, spec.b, spec.period)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Half the keys carry a caller's hash tag, half are global: on a Cluster they
+			// spread over slots, so batches cross slots.
+			k := key.AppendHead(nil, fmt.Sprintf("rule%d-%d", i, j), "v1")
+			if j%2 == 0 {
+				k = key.AppendTag(k, 'u', fmt.Sprint("user", i%3))
+			}
+			ls = append(ls, limit{key: k, params: p})
+		}
+	}
+	return ls
+}
+
+// differential sends the same random traffic through the memory store and st at the same
+// instants and requires identical results.
+func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, idempotency bool) {
+	mem := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
+	defer mem.Close()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ls := limits(t)
+	for step := range steps {
+		switch rng.IntN(10) {
+		case 0: // jump to just before or at a window boundary
+			period := ls[rng.IntN(len(ls))].params.Period
+			next := (c.Now()/period + 1) * period
+			c.us.Store(next - rng.Int64N(2))
+		case 1:
+			c.us.Add(rng.Int64N(3_000_000))
+		default:
+			c.us.Add(rng.Int64N(20_000))
+		}
+		var b store.Batch
+		for range 1 + rng.IntN(4) {
+			l := &ls[rng.IntN(len(ls))]
+			b.Ops = append(b.Ops, store.Op{Key: l.key, Params: &l.params, Cost: rng.Int64N(6), Shadow: rng.IntN(8) == 0})
+		}
+		if idempotency && rng.IntN(5) == 0 {
+			b.IdempotencyKey = fmt.Appendf(nil, "req-%d", rng.IntN(20))
+			b.IdempotencyTTL = time.Duration(1+rng.IntN(3)) * time.Second
+		}
+		want := make([]algorithm.Result, len(b.Ops))
+		got := make([]algorithm.Result, len(b.Ops))
+		wantReplay, _ := mem.Apply(ctx, &b, want)
+		gotReplay, err := st.Apply(ctx, &b, got)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if gotReplay != wantReplay {
+			t.Fatalf("step %d: replayed %v, memory %v", step, gotReplay, wantReplay)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				op := b.Ops[i]
+				t.Fatalf("step %d op %d (%s %d/%dµs burst %d, cost %d, shadow %v, key %s):\n redis  %+v\n memory %+v",
+					step, i, op.Params.Kind, op.Params.Limit, op.Params.Period, op.Params.Burst, op.Cost, op.Shadow, op.Key, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestSameDecisionsAsMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	differential(t, connect(t, "redis://"+srv.Addr, c), c, 4000, 1, true)
+}
+
+// TestClusterAllOrNothing checks that on a Cluster, where a request's limits sit on several
+// slots, a denial on one slot leaves the others as they were: refunded in the same request.
+func TestClusterAllOrNothing(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a 3-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	c := newClock()
+	st := connect(t, "redis-cluster://"+strings.Join(cl.Addrs, ","), c)
+	if !st.cluster {
+		t.Fatal("cluster not detected")
+	}
+	big, _ := algorithm.NewParams(algorithm.TokenBucket, 100, 0, time.Hour)
+	small, _ := algorithm.NewParams(algorithm.FixedWindow, 2, 0, time.Hour)
+	log, _ := algorithm.NewParams(algorithm.SlidingWindowLog, 100, 0, time.Hour)
+	userKey := key.AppendTag(key.AppendHead(nil, "per-user", "1"), 'u', "ann")
+	globalKey := key.AppendHead(nil, "global", "1")
+	logKey := key.AppendHead(nil, "global-log", "1")
+	if Slot(userKey) == Slot(globalKey) || Slot(globalKey) == Slot(logKey) {
+		t.Fatal("test keys share a slot; pick others")
+	}
+	res := make([]algorithm.Result, 3)
+	batch := &store.Batch{Ops: []store.Op{
+		{Key: globalKey, Params: &big, Cost: 1},
+		{Key: logKey, Params: &log, Cost: 1},
+		{Key: userKey, Params: &small, Cost: 1},
+	}}
+	for i := range 4 {
+		if _, err := st.Apply(ctx, batch, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[2].Allowed != (i < 2) {
+			t.Fatalf("request %d: small limit allowed=%v", i, res[2].Allowed)
+		}
+	}
+	peek := &store.Batch{Ops: []store.Op{{Key: globalKey, Params: &big}, {Key: logKey, Params: &log}}}
+	st.Apply(ctx, peek, res[:2])
+	if res[0].Remaining != 98 || res[1].Remaining != 98 {
+		t.Fatalf("after 2 allowed and 2 denied requests: remaining %d and %d, want 98 and 98 (denials refunded)", res[0].Remaining, res[1].Remaining)
+	}
+	// And the cluster decides like the memory store, refunds included. Idempotency is left
+	// out: its records are per slot, made for a retry that carries the same limits, where
+	// this traffic reuses ids across different batches.
+	differential(t, st, c, 1500, 2, false)
+}
+
+func TestScriptFlushAndTTLs(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	ls := limits(t)
+	apply := func() {
+		for i := range ls {
+			b := store.Batch{Ops: []store.Op{{Key: ls[i].key, Params: &ls[i].params, Cost: 1}}, IdempotencyKey: []byte("r"), IdempotencyTTL: time.Minute}
+			if _, err := st.Apply(ctx, &b, make([]algorithm.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	apply()
+	if err := st.client.Do(ctx, st.client.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	apply() // EVALSHA misses after the flush and falls back to loading the script
+	keys, err := st.client.Do(ctx, st.client.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys %v, %v", keys, err)
+	}
+	for _, k := range keys {
+		ttl, err := st.client.Do(ctx, st.client.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil || ttl <= 0 {
+			t.Errorf("key %q has no TTL (%d, %v)", k, ttl, err)
+		}
+	}
+}
+
+func TestAOFRestartKeepsQuota(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	c := newClock()
+	url := "redis://" + srv.Addr
+	st := connect(t, url, c)
+	p, _ := algorithm.NewParams(algorithm.GCRA, 10, 0, time.Hour)
+	k := key.AppendTag(key.AppendHead(nil, "r", "1"), 'u', "x")
+	res := make([]algorithm.Result, 1)
+	for range 7 {
+		st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, res)
+	}
+	time.Sleep(1100 * time.Millisecond) // appendfsync everysec
+	srv.Kill()
+	srv.Restart(t)
+	st2 := connect(t, url, c)
+	if _, err := st2.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: k, Params: &p}}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != 3 {
+		t.Fatalf("after a crash and restart: remaining %d, want 3", res[0].Remaining)
+	}
+}
+
+func TestStartupErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ url, want string }{
+		{"redis://127.0.0.1:1", "127.0.0.1:1"},
+		{"mysql://x", "unsupported scheme"},
+		{"redis-sentinel://127.0.0.1:1", "master name"},
+		{"redis://:secret@127.0.0.1:1", "xxxxx"},
+	}
+	for _, c := range cases {
+		_, err := New(ctx, c.url, WithTimeout(time.Second))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%q) = %v, want an error with %q", c.url, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("error leaks the password: %v", err)
+		}
+	}
+}

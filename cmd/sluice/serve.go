@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/server/httpapi"
 	"github.com/sluicehq/sluice/server/rls"
 	"github.com/sluicehq/sluice/store/memory"
+	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
 // serveConfig is everything serve is told, validated once here and passed down.
@@ -74,7 +75,7 @@ the running one kept.`,
 	f.StringVar(&c.httpAddr, "http", envDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot (SLUICE_DATA_DIR)")
-	f.StringVar(&c.storeURL, "store", envDefault("SLUICE_STORE", "memory"), "store: memory (SLUICE_STORE)")
+	f.StringVar(&c.storeURL, "store", envDefault("SLUICE_STORE", "memory"), "store: memory, or redis://[user:pass@]host:port/db, rediss://..., redis-sentinel://h1,h2/master, redis-cluster://h1,h2,... (SLUICE_STORE)")
 	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
 	f.StringVar(&c.logLevel, "log-level", envDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	f.StringVar(&c.logFormat, "log-format", envDefault("SLUICE_LOG_FORMAT", "text"), "text or json (SLUICE_LOG_FORMAT)")
@@ -108,21 +109,25 @@ func serve(ctx context.Context, c serveConfig) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(c.gcPercent)
 	}
-	if c.storeURL != "memory" {
-		return fmt.Errorf("--store: %q is not a supported store (memory)", c.storeURL)
-	}
 	snap, err := loadPolicy(c.config)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg, "memory")
+	st, storeName, err := openStore(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	m := metrics.New(reg, storeName)
 	m.PolicyLoaded(snap.Version, nil)
-
-	st := memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log))
-	lim := sluice.New(st, snap, sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError))
-	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap))
+	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
+	if storeName != "memory" {
+		// Rules with on_store_error: local limit in this process while the shared store is down.
+		opts = append(opts, sluice.WithFallback(memory.New(memory.WithLogger(log))))
+	}
+	lim := sluice.New(st, snap, opts...)
+	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName)
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -178,7 +183,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if c.config != "" {
 		go watchPolicy(ctx, c.config, lim, m, log)
 	}
-	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", c.storeURL, "data_dir", c.dataDir)
+	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", storeName, "data_dir", c.dataDir)
 
 	var serveErr error
 	select {
@@ -209,6 +214,21 @@ func serve(ctx context.Context, c serveConfig) error {
 		return serveErr
 	}
 	return nil
+}
+
+// openStore opens the store --store names: memory, or a Redis URL.
+func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (sluice.Store, string, error) {
+	if c.storeURL == "memory" || c.storeURL == "" {
+		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil
+	}
+	if strings.HasPrefix(c.storeURL, "redis") {
+		st, err := redisstore.New(ctx, c.storeURL)
+		if err != nil {
+			return nil, "", err
+		}
+		return st, "redis", nil
+	}
+	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
 }
 
 func orBuiltIn(path string) string {

@@ -42,9 +42,9 @@ type config struct {
 	extra   []string
 }
 
-// WithAOF turns on the append-only file with appendfsync everysec, the setting production uses,
-// so tests see its durability: writes reach the OS before the reply, fsync follows within a
-// second.
+// WithAOF turns on the append-only file with appendfsync everysec. A write normally reaches the
+// OS before its reply, so a killed process (Kill, then Restart) keeps it; only an OS crash
+// could lose the last second, which tests cannot simulate.
 func WithAOF() Option { return func(c *config) { c.aof = true } }
 
 // WithConfig appends redis.conf lines (such as "maxmemory 1mb"). They come after the package's
@@ -326,7 +326,7 @@ func (s *Server) portInUse() bool {
 
 // logTail returns the last lines of the server's output, for error messages.
 func (s *Server) logTail() string {
-	const lines = 80
+	const lines = 20
 	var out []string
 	for _, name := range []string{"stdio.log", "redis.log"} {
 		b, err := os.ReadFile(filepath.Join(s.Dir, name))

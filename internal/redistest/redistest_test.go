@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -126,6 +127,14 @@ func TestReplyErrors(t *testing.T) {
 	if _, err := s.Do("MGET", "n"); err == nil {
 		t.Fatal("array reply: want an error")
 	}
+	replies, errs, err := pipeline(s.Addr, []string{"SELECT", "1"}, []string{"GET", "n"}, []string{"NOSUCHCOMMAND"}, []string{"PING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GET runs in db 1 on the same connection, so n (written to db 0) is missing there.
+	if replies[0] != "OK" || !errors.Is(errs[1], ErrNil) || !errors.As(errs[2], &re) || replies[3] != "PONG" {
+		t.Fatalf("pipeline = %q, %v", replies, errs)
+	}
 }
 
 // TestCluster starts a 3-primary cluster and a 3-primary, 1-replica-each cluster and checks
@@ -200,20 +209,26 @@ func TestClusterFailover(t *testing.T) {
 		t.Skip("slow cluster test skipped in -short mode")
 	}
 	c := StartCluster(t, 3, 1)
+	// SET and WAIT share a connection because WAIT waits for the offset of that connection's
+	// last write. Replication is asynchronous: without WAIT the kill can beat the write to the
+	// replica, and the promoted replica rightly has no k.
 	var primary *Server
 	for _, s := range c.Nodes {
-		if _, err := s.Do("SET", "k", "v"); err == nil {
-			primary = s
-			break
+		replies, errs, err := pipeline(s.Addr, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"})
+		if err != nil {
+			t.Fatalf("%s: %v", s.Addr, err)
 		}
+		if errs[0] != nil {
+			continue // MOVED: another node owns k
+		}
+		if errs[1] != nil || replies[1] != "1" {
+			t.Fatalf("%s: WAIT 1 = %q, %v; want 1 replica", s.Addr, replies[1], errs[1])
+		}
+		primary = s
+		break
 	}
 	if primary == nil {
 		t.Fatal("no node accepted SET k")
-	}
-	// Replication is asynchronous: without WAIT the kill can beat the write to the replica,
-	// and the promoted replica rightly has no k.
-	if got := must(t, primary, "WAIT", "1", "5000"); got != "1" {
-		t.Fatalf("WAIT 1 = %q replicas acknowledged", got)
 	}
 	start := time.Now()
 	primary.Kill()
@@ -244,11 +259,11 @@ type fakeTB struct {
 
 func (f *fakeTB) Helper() {}
 func (f *fakeTB) Skipf(format string, args ...any) {
-	f.skipped = format
+	f.skipped = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
 func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.fatal = format
+	f.fatal = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
 
@@ -272,5 +287,25 @@ func TestMissingBinary(t *testing.T) {
 				t.Fatalf("skipped %q fatal %q; want fatal=%v", f.skipped, f.fatal, tc.wantFatal)
 			}
 		})
+	}
+}
+
+// TestBadConfigFailsWithLog checks a server that cannot start fails the test quickly, with
+// redis-server's own complaint in the message.
+func TestBadConfigFailsWithLog(t *testing.T) {
+	t.Parallel()
+	f := &fakeTB{TB: t}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		Start(f, WithConfig("no-such-directive yes"))
+	}()
+	<-done
+	if !strings.Contains(f.fatal, "Bad directive or wrong number of arguments") {
+		t.Fatalf("fatal = %q, want redis-server's config error", f.fatal)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("failing start took %v", d)
 	}
 }

@@ -26,28 +26,47 @@ const ioTimeout = 5 * time.Second
 // Do sends one command on a fresh connection and returns the reply as a string: the text of a
 // simple string or bulk string, the decimal form of an integer. A nil reply gives ErrNil, an
 // error reply a ReplyError. Array replies are not supported: this is for setting up and
-// checking servers, not a client library.
+// checking servers, not a client library. Each call is a new connection, so per-connection
+// state (SELECT, MULTI, the offset WAIT waits for) does not carry from one call to the next.
 func (s *Server) Do(args ...string) (string, error) {
-	return do(s.Addr, args...)
-}
-
-func do(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, ioTimeout)
+	replies, errs, err := pipeline(s.Addr, args)
 	if err != nil {
 		return "", err
 	}
+	return replies[0], errs[0]
+}
+
+// pipeline sends cmds on one connection and reads one reply per command: replies[i] and
+// errs[i] are what Do would return for cmds[i]. err is a connection or protocol failure, after
+// which the replies are incomplete.
+func pipeline(addr string, cmds ...[]string) (replies []string, errs []error, err error) {
+	conn, err := net.DialTimeout("tcp", addr, ioTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(ioTimeout))
-	// Sent as a RESP array of bulk strings, so arguments may hold spaces and CRLF.
+	// Sent as RESP arrays of bulk strings, so arguments may hold spaces and CRLF.
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	for _, args := range cmds {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
 	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return "", err
+		return nil, nil, err
 	}
-	return readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	for range cmds {
+		reply, err := readReply(r)
+		var re ReplyError
+		if err != nil && !errors.Is(err, ErrNil) && !errors.As(err, &re) {
+			return replies, errs, err
+		}
+		replies, errs = append(replies, reply), append(errs, err)
+	}
+	return replies, errs, nil
 }
 
 func readReply(r *bufio.Reader) (string, error) {

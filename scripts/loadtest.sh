@@ -33,6 +33,23 @@ echo "== RLS sluice (memory store), 4 descriptors"; rls 18081 4
 echo "== HTTP sluice /v1/check (memory store)"; http 18080
 stop $pid
 
+if [ "${REDIS:-1}" = 1 ] && command -v redis-server >/dev/null; then
+  redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --dir "$BIN" --logfile "$BIN/redis.log" & rpid=$!
+  wait_port 18379
+  "$BIN/sluice" serve --config examples/bench --http 127.0.0.1:18080 --grpc 127.0.0.1:18081 --store redis://127.0.0.1:18379 --log-level warn ${SLUICE_FLAGS:-} & pid=$!
+  wait_port 18080; wait_port 18081
+  for n in 1 4; do
+    redis-cli -p 18379 config resetstat >/dev/null
+    echo "== RLS sluice (redis store), $n descriptor(s)"; out=$(rls 18081 $n); echo "$out"
+    calls=$(echo "$out" | sed -n 's/^calls \([0-9]*\).*/\1/p')
+    redis-cli -p 18379 info commandstats | grep -E "cmdstat_(evalsha|eval):" | tr -d '\r' | while IFS=: read -r name stats; do
+      n_calls=$(echo "$stats" | sed 's/calls=\([0-9]*\).*/\1/'); per=$(echo "$stats" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')
+      echo "   $name: $(awk "BEGIN{printf \"%.3f\", $n_calls/$calls}") per request, ${per} µs each inside Redis"
+    done
+  done
+  stop $pid; stop $rpid
+fi
+
 "$BIN/noop-http" -addr 127.0.0.1:18598 & pid=$!; wait_port 18598
 echo "== HTTP ceiling (noop-http)"; http 18598
 stop $pid

@@ -51,9 +51,8 @@ var (
 	refundScript = rueidis.NewLuaScript(scriptOf("refund"))
 )
 
-// MinVersion is the oldest Redis the scripts run on (effects replication of TIME in scripts,
-// HSET with several fields).
-const MinVersion = 5
+// MinVersion is the oldest Redis the scripts run on: SET with PXAT and KEEPTTL came in 6.2.
+const MinVersion = 6
 
 // Store is the Redis store. Create it with New.
 type Store struct {
@@ -80,8 +79,8 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 //	redis-sentinel://[user:pass@]h1:p1,h2:p2/master[?db=N]
 //	redis-cluster://[user:pass@]h1:p1,h2:p2,...  a Cluster from several seeds
 //
-// Query parameters: dial_timeout, write_timeout (durations), tls=true (sentinel and cluster
-// forms), tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
+// Query parameters: dial_timeout, write_timeout, max_flush_delay (durations), tls=true
+// (sentinel and cluster forms), tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
 // reached or is older than MinVersion.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	opt, cluster, err := parseURL(rawURL)
@@ -112,9 +111,14 @@ func (s *Store) check(ctx context.Context) error {
 		return fmt.Errorf("unreachable: %w", err)
 	}
 	version := field(info, "redis_version")
-	major, _ := strconv.Atoi(strings.SplitN(version, ".", 2)[0])
-	if major < MinVersion {
-		return fmt.Errorf("Redis %s is too old: the scripts need %d.0 or newer", version, MinVersion)
+	parts := strings.SplitN(version, ".", 3)
+	major, _ := strconv.Atoi(parts[0])
+	minor := 0
+	if len(parts) > 1 {
+		minor, _ = strconv.Atoi(parts[1])
+	}
+	if major < MinVersion || (major == MinVersion && minor < 2) {
+		return fmt.Errorf("Redis %s is too old: the scripts need 6.2 or newer (SET ... PXAT)", version)
 	}
 	if info, err := s.client.Do(ctx, s.client.B().Info().Section("cluster").Build()).ToString(); err == nil && field(info, "cluster_enabled") == "1" {
 		s.cluster = true
@@ -192,6 +196,13 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 	}
 	// The limiter wants answers, not client-side caching of them.
 	opt.DisableCache = true
+	// max_flush_delay lets a connection gather concurrent requests before one write; at 20 µs
+	// and 100 µs it changed nothing measurable on a 2-core box, so it is off by default.
+	if v := q.Get("max_flush_delay"); v != "" {
+		if opt.MaxFlushDelay, err = time.ParseDuration(v); err != nil {
+			return opt, false, fmt.Errorf("--store: max_flush_delay: %w", err)
+		}
+	}
 	return opt, cluster, nil
 }
 

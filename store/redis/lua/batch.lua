@@ -2,15 +2,13 @@
 -- non-shadow limit allows (DESIGN.md: a denied request consumes nothing), as store/memory does.
 -- It runs after prelude.lua and the six algorithm files, in one script.
 --
--- KEYS: for op i, KEYS[2i-1] = its state hash (fields t, v, w) and KEYS[2i] = its log list
+-- KEYS: for op i, KEYS[2i-1] = its state ("t:v:w") and KEYS[2i] = its log list
 --       (sliding_window_log only); then, when ARGV[2] > 0, the idempotency record.
 -- ARGV: [1] now in µs, or '' to read Redis TIME (the default, so Sluice nodes' clocks do not
 --       matter); [2] idempotency TTL in ms, 0 for none; [3] n, the number of ops; then 12
 --       values per op: kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate,
 --       capacity, cost, shadow (0/1).
 -- Reply: {replayed (0/1), now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
-
-local function fmt(x) return string.format('%d', x) end
 
 local now
 if ARGV[1] ~= '' then
@@ -93,10 +91,8 @@ else
   for _, s in pairs(states) do
     if s.dirty then
       local expire_ms = fmt(ceil_div(s.idle, 1000))
-      if s.kind ~= SLIDING_WINDOW_LOG then
-        redis.call('HSET', s.key, 't', fmt(s.t), 'v', fmt(s.v), 'w', fmt(s.w))
-      else
-        redis.call('HSET', s.key, 'v', fmt(s.v))
+      save_state(s, expire_ms)
+      if s.kind == SLIDING_WINDOW_LOG then
         if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
         if s.last_changed then
           local e = s.log[s.loaded]
@@ -107,7 +103,6 @@ else
         end
         redis.call('PEXPIREAT', s.log_key, expire_ms)
       end
-      redis.call('PEXPIREAT', s.key, expire_ms)
     end
   end
 end

@@ -3,6 +3,7 @@
 -- floored on non-negative operands, so each result equals the Go integer result bit for bit.
 -- Params p: kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate, capacity.
 -- State s: t, v, w (integers, as in algorithm.State), log (sliding_window_log entries).
+-- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it.
 -- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
 
 local floor = math.floor
@@ -88,21 +89,37 @@ end
 -- window is the start (µs) of the epoch-aligned window of p.period that holds now.
 local function window(p, now) return now - imod(now, p.period) end
 
--- load_state reads a key's state: the hash's t, v, w and, for sliding_window_log, the
--- entries of its log list ("at:cost" elements). A missing key is a fresh state.
+-- load_state reads a key's state, stored as the string "t:v:w" (one GET is several times
+-- cheaper inside a script than a hash's HMGET), and for sliding_window_log the entries of its
+-- log list ("at:cost" elements). A missing key is a fresh state.
 local function load_state(key, log_key, kind)
-  local h = redis.call('HMGET', key, 't', 'v', 'w')
-  local s = { t = tonumber(h[1]) or 0, v = tonumber(h[2]) or 0, w = tonumber(h[3]) or 0,
-              log = {}, head = 1, loaded = 0, idle = 0, key = key, log_key = log_key, kind = kind }
+  local s = { t = 0, v = 0, w = 0, log = {}, head = 1, loaded = 0, idle = 0, key = key, log_key = log_key, kind = kind }
+  local raw = redis.call('GET', key)
+  if raw then
+    local t, v, w = string.match(raw, '^(-?%d+):(-?%d+):(-?%d+)$')
+    s.t, s.v, s.w = tonumber(t), tonumber(v), tonumber(w)
+  end
   if kind == SLIDING_WINDOW_LOG then
-    local raw = redis.call('LRANGE', log_key, 0, -1)
-    for j, e in ipairs(raw) do
+    local entries = redis.call('LRANGE', log_key, 0, -1)
+    for j, e in ipairs(entries) do
       local c = string.find(e, ':', 1, true)
       s.log[j] = { tonumber(string.sub(e, 1, c - 1)), tonumber(string.sub(e, c + 1)) }
     end
-    s.loaded = #raw
+    s.loaded = #entries
   end
   return s
+end
+
+local function fmt(x) return string.format('%d', x) end
+
+-- save_state writes t:v:w, expiring at expire (ms, a string) or keeping the key's TTL.
+local function save_state(s, expire)
+  local value = fmt(s.t) .. ':' .. fmt(s.v) .. ':' .. fmt(s.w)
+  if expire then
+    redis.call('SET', s.key, value, 'PXAT', expire)
+  else
+    redis.call('SET', s.key, value, 'KEEPTTL')
+  end
 end
 
 -- read_params reads the 10 parameter values that start after ARGV[b].

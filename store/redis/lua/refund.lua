@@ -8,36 +8,32 @@
 -- Reply: per op, remaining and reset after the refund (what the op has left, as a look), so
 -- the request reports the same numbers as an all-or-nothing store would.
 
-local function fmt(x) return string.format('%d', x) end
 local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
 for i = 1, n do
   local b = 2 + (i - 1) * 12
   local p = read_params(b)
   local cost = tonumber(ARGV[b + 11])
   local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local h = redis.call('HMGET', key, 't', 'v', 'w')
-  local t, v, w = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
-  if cost > 0 and v then
+  local s = load_state(key, log_key, p.kind)
+  if cost > 0 and redis.call('EXISTS', key) == 1 then
     local inc = cost * p.scale
     local start = window(p, now)
-    if p.kind == TOKEN_BUCKET and w == fingerprint(p) then
-      redis.call('HSET', key, 'v', fmt(imin(p.capacity, v + inc)))
-    elseif p.kind == LEAKY_BUCKET and w == fingerprint(p) then
-      redis.call('HSET', key, 'v', fmt(imax(0, v - inc)))
-    elseif p.kind == GCRA and w == fingerprint(p) then
-      local total = imax(ticks(p, now) * p.rate, t * p.rate + v - inc)
-      redis.call('HSET', key, 't', fmt(idiv(total, p.rate)), 'v', fmt(imod(total, p.rate)))
-    elseif p.kind == FIXED_WINDOW and t == start then
-      redis.call('HSET', key, 'v', fmt(imax(0, v - cost)))
-    elseif p.kind == SLIDING_WINDOW_COUNTER and t == start then
-      redis.call('HSET', key, 'v', fmt(imax(0, v - cost)))
-    elseif p.kind == SLIDING_WINDOW_COUNTER and t == start + p.period then
-      redis.call('HSET', key, 'w', fmt(imax(0, w - cost)))
+    local changed = true
+    if p.kind == TOKEN_BUCKET and s.w == fingerprint(p) then
+      s.v = imin(p.capacity, s.v + inc)
+    elseif p.kind == LEAKY_BUCKET and s.w == fingerprint(p) then
+      s.v = imax(0, s.v - inc)
+    elseif p.kind == GCRA and s.w == fingerprint(p) then
+      local total = imax(ticks(p, now) * p.rate, s.t * p.rate + s.v - inc)
+      s.t, s.v = idiv(total, p.rate), imod(total, p.rate)
+    elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
+      s.v = imax(0, s.v - cost)
+    elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then
+      s.w = imax(0, s.w - cost)
     elseif p.kind == SLIDING_WINDOW_LOG then
-      local raw = redis.call('LRANGE', log_key, 0, -1)
-      for j = #raw, 1, -1 do
-        local c = string.find(raw[j], ':', 1, true)
-        local at, left = tonumber(string.sub(raw[j], 1, c - 1)), tonumber(string.sub(raw[j], c + 1))
+      changed = false
+      for j = #s.log, 1, -1 do
+        local at, left = s.log[j][1], s.log[j][2]
         if at == now then
           left = left - imin(left, cost)
           if left > 0 then
@@ -47,11 +43,14 @@ for i = 1, n do
             redis.call('LSET', log_key, j - 1, 'refunded')
             redis.call('LREM', log_key, 1, 'refunded')
           end
-          redis.call('HSET', key, 'v', fmt(imax(0, v - cost)))
-              break
+          s.v, changed = imax(0, s.v - cost), true
+          break
         end
       end
+    else
+      changed = false
     end
+    if changed then save_state(s, nil) end
   end
 end
 -- Look only once everything is given back: two ops may share a key.

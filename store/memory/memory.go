@@ -47,15 +47,20 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// logs holds the entries of sliding_window_log keys, apart from m so that every other
+	// key's entry stays 32 bytes.
+	logs map[string]*algorithm.Log
 	// commits counts changes under mu; a counter per stripe, because one shared atomic
 	// written by every request would bounce its cache line between cores.
 	commits uint64
-	_       [40]byte // keep neighbouring mutexes off one cache line
+	_       [32]byte // keep neighbouring mutexes off one cache line
 }
 
+// entry is one key's state: algorithm.State's integers and an expiry, 32 bytes, a size class
+// below what algorithm.State with its log pointer would take. Memory per key is a target.
 type entry struct {
-	st     algorithm.State
-	idleAt int64 // µs; after it the state is as good as fresh
+	t, v, w int64
+	idleAt  int64 // µs; after it the state is as good as fresh
 }
 
 type idemShard struct {
@@ -94,6 +99,7 @@ func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), log: slog.Default(), sweepInterval: time.Second, stop: make(chan struct{})}
 	for i := range s.shards {
 		s.shards[i].m = map[string]*entry{}
+		s.shards[i].logs = map[string]*algorithm.Log{}
 		s.idem[i].m = map[string]*idemEntry{}
 	}
 	for _, o := range opts {
@@ -156,27 +162,25 @@ func (s *Store) Close() error {
 
 func (s *Store) shardOf(k []byte) int { return int(maphash.Bytes(s.seed, k) % numShards) }
 
-// pending is the bookkeeping of one op while its batch is decided. It holds a new key's state
-// by value: a pointer to a separate array would make the compiler move that array to the heap.
+// pending is the bookkeeping of one op while its batch is decided. The op works on a copy of
+// its key's state, written back only if the batch commits.
 type pending struct {
 	shard  int
-	e      *entry // the map's entry; nil while the key is new
-	fresh  entry  // a new key's state, copied to the heap only if the batch commits
-	alias  int    // an earlier op of the batch on the same key, whose state this one shares; -1 if none
+	e      *entry          // the map's entry; nil while the key is new
+	st     algorithm.State // the working copy
+	alias  int             // an earlier op of the batch on the same key, whose copy this one shares; -1 if none
 	undo   algorithm.Undo
-	idleAt int64
+	idleAt int64 // of the key, on its first op
 	commit bool
+	dirty  bool // on a key's first op: some op on the key committed
 }
 
-// entryOf returns the state op i works on: its alias's, the map's, or its fresh one.
-func entryOf(ps []pending, i int) *entry {
+// stateOf returns the working copy op i decides on: its alias's or its own.
+func stateOf(ps []pending, i int) *algorithm.State {
 	if ps[i].alias >= 0 {
 		i = ps[i].alias
 	}
-	if ps[i].e != nil {
-		return ps[i].e
-	}
-	return &ps[i].fresh
+	return &ps[i].st
 }
 
 // Apply decides every op of b at one instant and consumes all of them only if every non-shadow
@@ -232,62 +236,62 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	for i := range ops {
 		op, p := &ops[i], &ps[i]
 		s.lookup(ops, ps, i, now)
-		e := entryOf(ps, i)
-		r := algorithm.Decide(op.Params, &e.st, now, op.Cost)
+		st := stateOf(ps, i)
+		r := algorithm.Decide(op.Params, st, now, op.Cost)
 		results[i] = r
 		if !r.Allowed {
 			allowed = allowed && op.Shadow
 			continue
 		}
 		if op.Cost > 0 {
-			// Commit at once so that a later op on the same key sees it; undo if a sibling denies.
+			// Commit at once so that a later op on the same key sees it; undo if a sibling
+			// denies (the log's entries are shared with the map; the rest is a copy).
 			if mayUndo {
-				p.undo = algorithm.Save(&e.st)
+				p.undo = algorithm.Save(st)
 			}
-			p.idleAt = algorithm.Commit(op.Params, &e.st, now, op.Cost)
+			idle := algorithm.Commit(op.Params, st, now, op.Cost)
 			p.commit = true
+			root := p
+			if p.alias >= 0 {
+				root = &ps[p.alias]
+			}
+			root.dirty, root.idleAt = true, max(root.idleAt, idle)
 		}
 	}
 	if !allowed {
 		for i := len(ops) - 1; i >= 0; i-- {
 			if ps[i].commit {
-				ps[i].undo.Restore(&entryOf(ps, i).st)
+				ps[i].undo.Restore(stateOf(ps, i))
 			}
 		}
 		// Allowed ops of a denied batch consumed nothing: report what they really have left.
 		for i := range ops {
 			if results[i].Allowed && ops[i].Cost > 0 {
-				r := algorithm.Decide(ops[i].Params, &entryOf(ps, i).st, now, 0)
+				r := algorithm.Decide(ops[i].Params, stateOf(ps, i), now, 0)
 				results[i].Remaining, results[i].ResetAfter, results[i].Delay = r.Remaining, r.ResetAfter, 0
 			}
+			ps[i].dirty = false
 		}
-		return
 	}
 	changed := false
 	for i := range ops {
-		if ps[i].commit {
-			changed = true
-			e := entryOf(ps, i)
-			e.idleAt = max(e.idleAt, ps[i].idleAt)
+		p := &ps[i]
+		// Existing keys take their copy back even when nothing committed: Decide's
+		// normalization is neutral, and a sliding log's pruning already changed the shared
+		// entries, which its sum must follow.
+		if p.alias >= 0 || (!p.dirty && p.e == nil) {
+			continue
 		}
-	}
-	// Insert new keys last, once each: ops on one new key share their first op's state.
-	for i := range ops {
-		if p := &ps[i]; p.commit && p.alias < 0 && p.e == nil {
-			e := new(entry)
-			*e = p.fresh
-			s.shards[p.shard].m[string(ops[i].Key)] = e
+		changed = changed || p.dirty
+		sh := &s.shards[p.shard]
+		e := p.e
+		if e == nil {
+			e = new(entry)
+			sh.m[string(ops[i].Key)] = e
 		}
-	}
-	for i := range ops {
-		// An alias committed into its first op's fresh state, which the loop above skipped
-		// when that first op did not commit itself.
-		if p := &ps[i]; p.commit && p.alias >= 0 && ps[p.alias].e == nil && !ps[p.alias].commit {
-			if _, ok := s.shards[p.shard].m[string(ops[i].Key)]; !ok {
-				e := new(entry)
-				*e = ps[p.alias].fresh
-				s.shards[p.shard].m[string(ops[i].Key)] = e
-			}
+		e.t, e.v, e.w, e.idleAt = p.st.T, p.st.V, p.st.W, max(e.idleAt, p.idleAt)
+		if p.st.Log != nil && sh.logs[string(ops[i].Key)] != p.st.Log {
+			sh.logs[string(ops[i].Key)] = p.st.Log
 		}
 	}
 	if changed {
@@ -295,8 +299,8 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	}
 }
 
-// lookup points op i at its state: an earlier op of the batch on the same key, else the map's
-// entry, with an idle one cleared to fresh.
+// lookup gives op i its working state: an earlier op of the batch on the same key shares its
+// copy; else a copy of the map's entry (fresh when idle) with its log.
 func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 	for j := range i {
 		if ps[j].shard == ps[i].shard && bytes.Equal(ops[j].Key, ops[i].Key) {
@@ -304,11 +308,19 @@ func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 			return
 		}
 	}
-	e := s.shards[ps[i].shard].m[string(ops[i].Key)]
+	sh := &s.shards[ps[i].shard]
+	e := sh.m[string(ops[i].Key)]
 	if e != nil && e.idleAt <= now {
 		*e = entry{} // as good as fresh, and cheaper than a delete and an insert
+		delete(sh.logs, string(ops[i].Key))
 	}
 	ps[i].e = e
+	if e != nil {
+		ps[i].st = algorithm.State{T: e.t, V: e.v, W: e.w}
+	}
+	if ops[i].Params.Kind == algorithm.SlidingWindowLog {
+		ps[i].st.Log = sh.logs[string(ops[i].Key)]
+	}
 }
 
 // lock takes the batch's stripes in ascending order, each once, so batches never deadlock.
@@ -354,6 +366,7 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 		sh := &s.shards[s.shardOf(k)]
 		sh.mu.Lock()
 		delete(sh.m, string(k))
+		delete(sh.logs, string(k))
 		sh.mu.Unlock()
 	}
 	s.idemCommits.Add(1)
@@ -370,6 +383,7 @@ func (s *Store) Sweep() {
 		for k, e := range sh.m {
 			if e.idleAt <= now {
 				delete(sh.m, k)
+				delete(sh.logs, k)
 			}
 		}
 		sh.mu.Unlock()

@@ -69,7 +69,7 @@ func (s *Store) WriteSnapshot(path string) error {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.idleAt > now {
-				rec = encodeBucket(rec[:0], k, e)
+				rec = encodeBucket(rec[:0], k, e, sh.logs[k])
 				buf = frame(buf, rec)
 				count++
 			}
@@ -118,16 +118,16 @@ func frame(dst, payload []byte) []byte {
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(payload, crcTable))
 }
 
-func encodeBucket(dst []byte, k string, e *entry) []byte {
+func encodeBucket(dst []byte, k string, e *entry, l *algorithm.Log) []byte {
 	dst = append(dst, recBucket)
 	dst = binary.AppendUvarint(dst, uint64(len(k)))
 	dst = append(dst, k...)
-	for _, v := range [...]int64{e.st.T, e.st.V, e.st.W, e.idleAt} {
+	for _, v := range [...]int64{e.t, e.v, e.w, e.idleAt} {
 		dst = binary.AppendVarint(dst, v)
 	}
 	var log []algorithm.Entry
-	if e.st.Log != nil {
-		log = e.st.Log.Entries
+	if l != nil {
+		log = l.Entries
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(log)))
 	for _, le := range log {
@@ -278,14 +278,15 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 	d := decoder{b: b}
 	k := d.bytes(d.uvarint())
 	e := &entry{}
-	e.st.T, e.st.V, e.st.W, e.idleAt = d.varint(), d.varint(), d.varint(), d.varint()
+	e.t, e.v, e.w, e.idleAt = d.varint(), d.varint(), d.varint(), d.varint()
+	var log *algorithm.Log
 	if n := d.uvarint(); n > 0 {
 		if n > uint64(len(d.b))/2 {
 			d.fail()
 		} else {
-			e.st.Log = &algorithm.Log{Entries: make([]algorithm.Entry, n)}
-			for i := range e.st.Log.Entries {
-				e.st.Log.Entries[i] = algorithm.Entry{At: d.varint(), Cost: d.varint()}
+			log = &algorithm.Log{Entries: make([]algorithm.Entry, n)}
+			for i := range log.Entries {
+				log.Entries[i] = algorithm.Entry{At: d.varint(), Cost: d.varint()}
 			}
 		}
 	}
@@ -296,6 +297,9 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 		sh := &s.shards[s.shardOf(k)]
 		sh.mu.Lock()
 		sh.m[string(k)] = e
+		if log != nil {
+			sh.logs[string(k)] = log
+		}
 		sh.mu.Unlock()
 	}
 	return nil

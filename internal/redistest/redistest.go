@@ -40,6 +40,9 @@ type config struct {
 	aof     bool
 	cluster bool
 	extra   []string
+	// sentinel, when set, makes the process a Sentinel monitoring master under this name.
+	sentinel       string
+	sentinelMaster string
 }
 
 // WithAOF turns on the append-only file with appendfsync everysec. A write normally reaches the
@@ -122,6 +125,13 @@ func Start(t testing.TB, opts ...Option) *Server {
 	}
 }
 
+// StartSentinel starts a Sentinel that monitors master under name, and stops it when the test
+// ends. Clients find the master through it: redis-sentinel://ADDR/name.
+func StartSentinel(t testing.TB, master *Server, name string) *Server {
+	t.Helper()
+	return Start(t, func(c *config) { c.sentinel, c.sentinelMaster = name, master.Addr })
+}
+
 // need returns the path of binary name, or ends the test: Skip normally, Fatal when the
 // environment demands Redis.
 func need(t testing.TB, name string) string {
@@ -138,6 +148,18 @@ func need(t testing.TB, name string) string {
 }
 
 func (s *Server) writeConfig() error {
+	if s.conf.sentinel != "" {
+		// A Sentinel takes only its own directives and rewrites this file as it learns.
+		host, port, _ := strings.Cut(s.conf.sentinelMaster, ":")
+		data := strings.Join([]string{
+			"bind 127.0.0.1", "port " + strconv.Itoa(s.Port), "protected-mode no", "daemonize no",
+			"dir " + quote(s.Dir), "logfile " + quote(filepath.Join(s.Dir, "redis.log")),
+			fmt.Sprintf("sentinel monitor %s %s %s 1", s.conf.sentinel, host, port),
+			fmt.Sprintf("sentinel down-after-milliseconds %s 1000", s.conf.sentinel),
+			fmt.Sprintf("sentinel failover-timeout %s 2000", s.conf.sentinel),
+		}, "\n") + "\n"
+		return os.WriteFile(s.confPath(), []byte(data), 0o600)
+	}
 	lines := []string{
 		"bind 127.0.0.1",
 		"port " + strconv.Itoa(s.Port),
@@ -197,7 +219,11 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer stdio.Close() // the child holds its own descriptor
-	cmd := exec.Command(s.bin, s.confPath())
+	args := []string{s.confPath()}
+	if s.conf.sentinel != "" {
+		args = append(args, "--sentinel")
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = stdio, stdio
 	cmd.SysProcAttr = sysProcAttr()

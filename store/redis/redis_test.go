@@ -232,6 +232,9 @@ func TestStartupErrors(t *testing.T) {
 		{"mysql://x", "unsupported scheme"},
 		{"redis-sentinel://127.0.0.1:1", "master name"},
 		{"redis://:secret@127.0.0.1:1", "xxxxx"},
+		{"redis://127.0.0.1:1?read_timeout=soon", "read_timeout"},
+		{"redis://127.0.0.1:1?pool_size=-3", "pool_size"},
+		{"redis://127.0.0.1:1?dial_timeout=x", "dial_timeout"},
 	}
 	for _, c := range cases {
 		_, err := New(ctx, c.url, WithTimeout(time.Second))
@@ -241,5 +244,29 @@ func TestStartupErrors(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("error leaks the password: %v", err)
 		}
+	}
+}
+
+// TestSentinel finds the master through a real Sentinel and decides there.
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "mymaster")
+	c := newClock()
+	st := connect(t, "redis-sentinel://"+sentinel.Addr+"/mymaster", c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 3, 0, time.Minute)
+	k := key.AppendHead(nil, "via-sentinel", "1")
+	res := make([]algorithm.Result, 1)
+	for i := range 4 {
+		if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed != (i < 3) {
+			t.Fatalf("request %d allowed=%v", i, res[0].Allowed)
+		}
+	}
+	// The state is on the master Sentinel named.
+	if v, err := master.Do("GET", redisKey(k)); err != nil || !strings.HasSuffix(v, ":3:0") {
+		t.Fatalf("master holds %q (%v), want the count 3", v, err)
 	}
 }

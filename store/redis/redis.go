@@ -20,6 +20,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -32,10 +34,11 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// scriptOf concatenates the prelude, the six algorithm files and main into one script.
-func scriptOf(main string) string {
+// source concatenates the prelude, the six algorithm files and the named entry points, which
+// define local functions batch and refund.
+func source(entries ...string) string {
 	var b strings.Builder
-	for _, f := range []string{"prelude", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", main} {
+	for _, f := range append([]string{"prelude", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter"}, entries...) {
 		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
 		if err != nil {
 			panic(err) // embedded at build time: cannot happen
@@ -46,9 +49,24 @@ func scriptOf(main string) string {
 	return b.String()
 }
 
+// The same code runs two ways. On Redis 7+ it is a Function library, loaded once per node, so
+// a call runs only batch (re-running the definitions cost a quarter of each script call, and
+// the library keeps parsed parameters between calls). Older servers, or a store built
+// WithScripts, run it as EVALSHA scripts.
 var (
-	batchScript  = rueidis.NewLuaScript(scriptOf("batch"))
-	refundScript = rueidis.NewLuaScript(scriptOf("refund"))
+	batchScript  = rueidis.NewLuaScript(source("batch") + "return batch(KEYS, ARGV)\n")
+	refundScript = rueidis.NewLuaScript(source("refund") + "return refund(KEYS, ARGV)\n")
+
+	library, batchFunction, refundFunction = func() (string, string, string) {
+		body := source("batch", "refund")
+		sum := sha256.Sum256([]byte(body))
+		name := "sluice_" + hex.EncodeToString(sum[:6]) // a new version loads beside the old
+		batchFn, refundFn := name+"_batch", name+"_refund"
+		return "#!lua name=" + name + "\n" + body +
+				"redis.register_function('" + batchFn + "', function(keys, args) return batch(keys, args) end)\n" +
+				"redis.register_function('" + refundFn + "', function(keys, args) return refund(keys, args) end)\n",
+			batchFn, refundFn
+	}()
 )
 
 // MinVersion is the oldest Redis the scripts run on: SET with PXAT and KEEPTTL came in 6.2.
@@ -56,10 +74,14 @@ const MinVersion = 6
 
 // Store is the Redis store. Create it with New.
 type Store struct {
-	client  rueidis.Client
-	cluster bool
-	now     func() int64 // tests only: pass the time instead of Redis TIME
-	timeout time.Duration
+	client    rueidis.Client
+	cluster   bool
+	functions bool         // FCALL the library rather than EVALSHA the scripts
+	scripts   bool         // WithScripts: never load the library
+	now       func() int64 // tests only: pass the time instead of Redis TIME
+	timeout   time.Duration
+	params    sync.Map // algorithm.Params -> its wire string
+	nparams   atomic.Int64
 }
 
 // Option configures a Store.
@@ -68,6 +90,9 @@ type Option func(*Store)
 // WithTimeForTests makes the scripts use now instead of Redis TIME, so tests can drive time
 // and compare with the memory store at the same instants. Never in production.
 func WithTimeForTests(now func() int64) Option { return func(s *Store) { s.now = now } }
+
+// WithScripts makes the store run EVALSHA scripts even where Redis Functions are available.
+func WithScripts() Option { return func(s *Store) { s.scripts = true } }
 
 // WithTimeout bounds every store call (default 1 s; the resilience layer sets it lower).
 func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
@@ -129,6 +154,33 @@ func (s *Store) check(ctx context.Context) error {
 	}
 	if info, err := s.client.Do(ctx, s.client.B().Info().Section("cluster").Build()).ToString(); err == nil && field(info, "cluster_enabled") == "1" {
 		s.cluster = true
+	}
+	if major >= 7 && !s.scripts {
+		if err := s.loadLibrary(ctx); err != nil {
+			return fmt.Errorf("load the function library: %w", err)
+		}
+		s.functions = true
+	}
+	return nil
+}
+
+// loadLibrary loads the function library on every node. One already there is fine; a replica
+// refuses the write and gets the library from its primary.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	load := func(c rueidis.Client) error {
+		err := c.Do(ctx, c.B().FunctionLoad().FunctionCode(library).Build()).Error()
+		if err != nil && !strings.Contains(err.Error(), "already exists") && !strings.Contains(err.Error(), "READONLY") {
+			return err
+		}
+		return nil
+	}
+	if !s.cluster {
+		return load(s.client)
+	}
+	for addr, c := range s.client.Nodes() {
+		if err := load(c); err != nil {
+			return fmt.Errorf("%s: %w", addr, err)
+		}
 	}
 	return nil
 }
@@ -284,12 +336,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		}
 		execs[gi] = rueidis.LuaExec{Keys: g.keys, Args: g.args}
 	}
-	var replies []rueidis.RedisResult
-	if len(execs) == 1 {
-		replies = []rueidis.RedisResult{batchScript.Exec(ctx, s.client, execs[0].Keys, execs[0].Args)}
-	} else {
-		replies = batchScript.ExecMulti(ctx, s.client, execs...)
-	}
+	replies := s.run(ctx, batchScript, batchFunction, execs)
 	replayed, denied := false, false
 	nows := make([]int64, len(groups))
 	for gi, reply := range replies {
@@ -328,6 +375,37 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	return replayed, nil
 }
 
+// run calls the library's function fn (or the script) once per exec, in one pipeline. A node
+// that lost the library (restarted without persistence, or new) gets it again, and the calls
+// are retried once.
+func (s *Store) run(ctx context.Context, script *rueidis.Lua, fn string, execs []rueidis.LuaExec) []rueidis.RedisResult {
+	if !s.functions {
+		if len(execs) == 1 {
+			return []rueidis.RedisResult{script.Exec(ctx, s.client, execs[0].Keys, execs[0].Args)}
+		}
+		return script.ExecMulti(ctx, s.client, execs...)
+	}
+	cmds := make(rueidis.Commands, len(execs))
+	for i, e := range execs {
+		cmds[i] = s.client.B().Fcall().Function(fn).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	var replies []rueidis.RedisResult
+	if len(cmds) == 1 {
+		replies = []rueidis.RedisResult{s.client.Do(ctx, cmds[0])}
+	} else {
+		replies = s.client.DoMulti(ctx, cmds...)
+	}
+	for _, r := range replies {
+		if err := r.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
+			if s.loadLibrary(ctx) == nil {
+				return s.run(ctx, script, fn, execs)
+			}
+			break
+		}
+	}
+	return replies
+}
+
 // group splits the ops by hash slot; a single server takes them all in one call.
 func (s *Store) group(b *store.Batch) []group {
 	var gs []group
@@ -356,7 +434,7 @@ func (s *Store) group(b *store.Batch) []group {
 		g.ops = append(g.ops, i)
 		state := redisKey(op.Key)
 		g.keys = append(g.keys, state, state+":log")
-		g.args = appendParams(g.args, op.Params, op.Cost, op.Shadow)
+		g.args = s.appendParams(g.args, op.Params, op.Cost, op.Shadow)
 	}
 	return gs
 }
@@ -382,17 +460,39 @@ func (s *Store) idempotencyKey(stateKey string, id []byte) string {
 	return "{" + string(key.HashTag([]byte(stateKey))) + "}:" + name
 }
 
-func appendParams(args []string, p *algorithm.Params, cost int64, shadow bool) []string {
+// maxCachedParams bounds the cache of parameter strings: a policy has few distinct limits, but
+// per-request overrides (Envoy's descriptor limit) can make any number.
+const maxCachedParams = 10_000
+
+// paramString is a limit's parameters as the scripts read them (see parse_params), formatted
+// once per distinct limit.
+func (s *Store) paramString(p *algorithm.Params) string {
+	if v, ok := s.params.Load(*p); ok {
+		return v.(string)
+	}
 	tick, tickExp, periodTicks, scale, rate, capacity := p.Derived()
+	b := make([]byte, 0, 96)
+	for i, v := range [...]int64{int64(p.Kind), p.Limit, p.Burst, p.Period, tick, tickExp, periodTicks, scale, rate, capacity} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	str := string(b)
+	if s.nparams.Load() < maxCachedParams {
+		if _, loaded := s.params.LoadOrStore(*p, str); !loaded {
+			s.nparams.Add(1)
+		}
+	}
+	return str
+}
+
+func (s *Store) appendParams(args []string, p *algorithm.Params, cost int64, shadow bool) []string {
 	sh := "0"
 	if shadow {
 		sh = "1"
 	}
-	return append(args,
-		strconv.Itoa(int(p.Kind)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.Burst, 10),
-		strconv.FormatInt(p.Period, 10), strconv.FormatInt(tick, 10), strconv.FormatInt(tickExp, 10),
-		strconv.FormatInt(periodTicks, 10), strconv.FormatInt(scale, 10), strconv.FormatInt(rate, 10),
-		strconv.FormatInt(capacity, 10), strconv.FormatInt(cost, 10), sh)
+	return append(args, s.paramString(p), strconv.FormatInt(cost, 10), sh)
 }
 
 // refund gives back what the groups that allowed consumed, when another group denied.
@@ -420,12 +520,12 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 			}
 			state := redisKey(op.Key)
 			keys = append(keys, state, state+":log")
-			args = appendParams(args, op.Params, cost, op.Shadow)
+			args = s.appendParams(args, op.Params, cost, op.Shadow)
 		}
 		args = append([]string{strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops))}, args...)
 		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: args})
 	}
-	for gi, r := range refundScript.ExecMulti(ctx, s.client, execs...) {
+	for gi, r := range s.run(ctx, refundScript, refundFunction, execs) {
 		vals, err := r.AsIntSlice()
 		if err != nil {
 			return fmt.Errorf("%w: redis refund: %v", store.ErrUnavailable, err)

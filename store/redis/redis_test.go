@@ -30,9 +30,9 @@ func newClock() *clock {
 }
 func (c *clock) Now() int64 { return c.us.Load() }
 
-func connect(t testing.TB, url string, c *clock) *Store {
+func connect(t testing.TB, url string, c *clock, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(ctx, url, WithTimeForTests(c.Now), WithTimeout(10*time.Second))
+	s, err := New(ctx, url, append([]Option{WithTimeForTests(c.Now), WithTimeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +118,42 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 
 func TestSameDecisionsAsMemory(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"functions", nil}, {"scripts", []Option{WithScripts()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			c := newClock()
+			st := connect(t, "redis://"+srv.Addr, c, mode.opts...)
+			if st.functions != (mode.name == "functions") {
+				t.Fatalf("functions = %v", st.functions)
+			}
+			differential(t, st, c, 3000, 1, true)
+		})
+	}
+}
+
+// TestFunctionLibraryReloads flushes the library under a running store: the next call loads
+// it again and succeeds.
+func TestFunctionLibraryReloads(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClock()
-	differential(t, connect(t, "redis://"+srv.Addr, c), c, 4000, 1, true)
+	st := connect(t, "redis://"+srv.Addr, c)
+	p, _ := algorithm.NewParams(algorithm.GCRA, 5, 0, time.Second)
+	b := &store.Batch{Ops: []store.Op{{Key: []byte("sl:r:1:x"), Params: &p, Cost: 1}}}
+	res := make([]algorithm.Result, 1)
+	if _, err := st.Apply(ctx, b, res); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("FUNCTION", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, b, res); err != nil || res[0].Remaining != 3 {
+		t.Fatalf("after FUNCTION FLUSH: %v, remaining %d", err, res[0].Remaining)
+	}
 }
 
 // TestClusterAllOrNothing checks that on a Cluster, where a request's limits sit on several
@@ -174,7 +207,7 @@ func TestScriptFlushAndTTLs(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClock()
-	st := connect(t, "redis://"+srv.Addr, c)
+	st := connect(t, "redis://"+srv.Addr, c, WithScripts())
 	ls := limits(t)
 	apply := func() {
 		for i := range ls {

@@ -6,7 +6,8 @@
 -- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it.
 -- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
 
-local floor = math.floor
+-- math is looked up at call time: a Function library may not touch it while it loads.
+local function floor(x) return math.floor(x) end
 local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
 local REASON_NONE, REASON_COST_EXCEEDS_CAPACITY = 0, 1
 
@@ -122,14 +123,20 @@ local function save_state(s, expire)
   end
 end
 
--- read_params reads the 10 parameter values that start after ARGV[b].
-local function read_params(b)
-  return {
-    kind = tonumber(ARGV[b + 1]), limit = tonumber(ARGV[b + 2]), burst = tonumber(ARGV[b + 3]),
-    period = tonumber(ARGV[b + 4]), tick = tonumber(ARGV[b + 5]), tick_exp = tonumber(ARGV[b + 6]),
-    period_ticks = tonumber(ARGV[b + 7]), scale = tonumber(ARGV[b + 8]), rate = tonumber(ARGV[b + 9]),
-    capacity = tonumber(ARGV[b + 10]),
-  }
+-- parse_params reads a limit's parameters, sent as one string
+-- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity". Loaded as a Redis
+-- Function, the library keeps the parsed tables across calls: a policy has few distinct limits.
+local param_cache, param_cache_size = {}, 0
+local function parse_params(str)
+  local p = param_cache[str]
+  if p then return p end
+  local v = {}
+  for x in string.gmatch(str, '[^,]+') do v[#v + 1] = tonumber(x) end
+  p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
+        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10] }
+  if param_cache_size >= 10000 then param_cache, param_cache_size = {}, 0 end
+  param_cache[str], param_cache_size = p, param_cache_size + 1
+  return p
 end
 
 local algorithms = {}

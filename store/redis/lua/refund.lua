@@ -4,60 +4,62 @@
 -- refill past the cap); it never gives back more than was taken.
 --
 -- KEYS: as batch.lua, 2 per op. ARGV: [1] the now batch.lua used (µs); [2] n; then per op the
--- 12 values of batch.lua, cost being what to give back (0 for ops that consumed nothing).
+-- 3 values of batch.lua, cost being what to give back (0 for ops that consumed nothing).
 -- Reply: per op, remaining and reset after the refund (what the op has left, as a look), so
 -- the request reports the same numbers as an all-or-nothing store would.
 
-local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
-for i = 1, n do
-  local b = 2 + (i - 1) * 12
-  local p = read_params(b)
-  local cost = tonumber(ARGV[b + 11])
-  local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local s = load_state(key, log_key, p.kind)
-  if cost > 0 and redis.call('EXISTS', key) == 1 then
-    local inc = cost * p.scale
-    local start = window(p, now)
-    local changed = true
-    if p.kind == TOKEN_BUCKET and s.w == fingerprint(p) then
-      s.v = imin(p.capacity, s.v + inc)
-    elseif p.kind == LEAKY_BUCKET and s.w == fingerprint(p) then
-      s.v = imax(0, s.v - inc)
-    elseif p.kind == GCRA and s.w == fingerprint(p) then
-      local total = imax(ticks(p, now) * p.rate, s.t * p.rate + s.v - inc)
-      s.t, s.v = idiv(total, p.rate), imod(total, p.rate)
-    elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
-      s.v = imax(0, s.v - cost)
-    elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then
-      s.w = imax(0, s.w - cost)
-    elseif p.kind == SLIDING_WINDOW_LOG then
-      changed = false
-      for j = #s.log, 1, -1 do
-        local at, left = s.log[j][1], s.log[j][2]
-        if at == now then
-          left = left - imin(left, cost)
-          if left > 0 then
-            redis.call('LSET', log_key, j - 1, fmt(at) .. ':' .. fmt(left))
-          else
-            -- An entry with nothing left is no entry: mark it, then remove the mark.
-            redis.call('LSET', log_key, j - 1, 'refunded')
-            redis.call('LREM', log_key, 1, 'refunded')
+local function refund(KEYS, ARGV)
+  local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
+  for i = 1, n do
+    local b = 2 + (i - 1) * 3
+    local p = parse_params(ARGV[b + 1])
+    local cost = tonumber(ARGV[b + 2])
+    local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
+    local s = load_state(key, log_key, p.kind)
+    if cost > 0 and redis.call('EXISTS', key) == 1 then
+      local inc = cost * p.scale
+      local start = window(p, now)
+      local changed = true
+      if p.kind == TOKEN_BUCKET and s.w == fingerprint(p) then
+        s.v = imin(p.capacity, s.v + inc)
+      elseif p.kind == LEAKY_BUCKET and s.w == fingerprint(p) then
+        s.v = imax(0, s.v - inc)
+      elseif p.kind == GCRA and s.w == fingerprint(p) then
+        local total = imax(ticks(p, now) * p.rate, s.t * p.rate + s.v - inc)
+        s.t, s.v = idiv(total, p.rate), imod(total, p.rate)
+      elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
+        s.v = imax(0, s.v - cost)
+      elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then
+        s.w = imax(0, s.w - cost)
+      elseif p.kind == SLIDING_WINDOW_LOG then
+        changed = false
+        for j = #s.log, 1, -1 do
+          local at, left = s.log[j][1], s.log[j][2]
+          if at == now then
+            left = left - imin(left, cost)
+            if left > 0 then
+              redis.call('LSET', log_key, j - 1, fmt(at) .. ':' .. fmt(left))
+            else
+              -- An entry with nothing left is no entry: mark it, then remove the mark.
+              redis.call('LSET', log_key, j - 1, 'refunded')
+              redis.call('LREM', log_key, 1, 'refunded')
+            end
+            s.v, changed = imax(0, s.v - cost), true
+            break
           end
-          s.v, changed = imax(0, s.v - cost), true
-          break
         end
+      else
+        changed = false
       end
-    else
-      changed = false
+      if changed then save_state(s, nil) end
     end
-    if changed then save_state(s, nil) end
   end
+  -- Look only once everything is given back: two ops may share a key.
+  for i = 1, n do
+    local p = parse_params(ARGV[2 + (i - 1) * 3 + 1])
+    local r = algorithms[p.kind].decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind), now, 0)
+    out[#out + 1] = r.remaining
+    out[#out + 1] = r.reset
+  end
+  return out
 end
--- Look only once everything is given back: two ops may share a key.
-for i = 1, n do
-  local p = read_params(2 + (i - 1) * 12)
-  local r = algorithms[p.kind].decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind), now, 0)
-  out[#out + 1] = r.remaining
-  out[#out + 1] = r.reset
-end
-return out

@@ -42,9 +42,9 @@ if [ "${REDIS:-1}" = 1 ] && command -v redis-server >/dev/null; then
     redis-cli -p 18379 config resetstat >/dev/null
     echo "== RLS sluice (redis store), $n descriptor(s)"; out=$(rls 18081 $n); echo "$out"
     calls=$(echo "$out" | sed -n 's/^calls \([0-9]*\).*/\1/p')
-    redis-cli -p 18379 info commandstats | grep -E "cmdstat_(evalsha|eval):" | tr -d '\r' | while IFS=: read -r name stats; do
+    { redis-cli -p 18379 info commandstats | grep -E "cmdstat_(evalsha|eval|fcall):" || true; } | tr -d '\r' | while IFS=: read -r name stats; do
       n_calls=$(echo "$stats" | sed 's/calls=\([0-9]*\).*/\1/'); per=$(echo "$stats" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')
-      echo "   $name: $(awk "BEGIN{printf \"%.3f\", $n_calls/$calls}") per request, ${per} µs each inside Redis"
+      echo "   ${name#cmdstat_}: $(awk "BEGIN{printf \"%.3f\", $n_calls/$calls}") per request, ${per} µs each inside Redis"
     done
   done
   stop $pid; stop $rpid

@@ -13,11 +13,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,7 +108,8 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 //
 // Query parameters: read_timeout (bounds every call, default 1s), dial_timeout, write_timeout,
 // max_flush_delay (durations), pool_size, pipeline_multiplex (integers), tls=true (sentinel and
-// cluster forms), tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
+// cluster forms), tls_ca_file (PEM of the CA that signed Redis's certificate),
+// tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
 // reached or is older than MinVersion.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	opt, cluster, err := parseURL(rawURL)
@@ -252,6 +255,20 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 	}
 	if q.Get("tls_insecure_skip_verify") == "true" && opt.TLSConfig != nil {
 		opt.TLSConfig.InsecureSkipVerify = true
+	}
+	if path := q.Get("tls_ca_file"); path != "" {
+		if opt.TLSConfig == nil {
+			return opt, false, errors.New("--store: tls_ca_file needs rediss:// or tls=true")
+		}
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return opt, false, fmt.Errorf("--store: tls_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return opt, false, fmt.Errorf("--store: tls_ca_file %s holds no PEM certificate", path)
+		}
+		opt.TLSConfig.RootCAs = pool
 	}
 	// The limiter wants answers, not client-side caching of them.
 	opt.DisableCache = true

@@ -21,6 +21,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 	policyInfo   *prometheus.GaugeVec
 	rejected     *prometheus.CounterVec
+	breaker      *prometheus.GaugeVec
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
 	durations    atomic.Pointer[map[string]prometheus.Observer]
@@ -61,9 +62,13 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_requests_rejected_total",
 			Help: "Requests refused before deciding, by API and reason (invalid, overloaded).",
 		}, []string{"api", "reason"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_store_breaker_state",
+			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open (checks follow on_store_error).",
+		}, []string{"store"}),
 		storeErrName: storeName,
 	}
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker)
 	empty := map[checkKey]prometheus.Counter{}
 	m.counters.Store(&empty)
 	durations := map[string]prometheus.Observer{}
@@ -129,6 +134,15 @@ func (m *Metrics) StoreError(error) {
 	if m != nil {
 		m.storeErrors.WithLabelValues(m.storeErrName).Inc()
 	}
+}
+
+// BreakerState records the store's circuit breaker state: closed, half-open or open.
+func (m *Metrics) BreakerState(state string) {
+	if m == nil {
+		return
+	}
+	v := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[state]
+	m.breaker.WithLabelValues(m.storeErrName).Set(v)
 }
 
 // Rejected counts a request refused before deciding.

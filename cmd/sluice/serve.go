@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,9 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/grpcapi"
 	"github.com/sluicehq/sluice/server/httpapi"
+	"github.com/sluicehq/sluice/server/overload"
 	"github.com/sluicehq/sluice/server/rls"
+	"github.com/sluicehq/sluice/store/breaker"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -51,6 +54,8 @@ type serveConfig struct {
 	responseHeaders  bool
 	pprof            bool
 	gcPercent        int
+	storeTimeout     time.Duration
+	maxInFlight      int
 }
 
 func serveCommand() *cobra.Command {
@@ -80,6 +85,8 @@ the running one kept.`,
 	f.StringVar(&c.logLevel, "log-level", envDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	f.StringVar(&c.logFormat, "log-format", envDefault("SLUICE_LOG_FORMAT", "text"), "text or json (SLUICE_LOG_FORMAT)")
 	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes")
+	f.DurationVar(&c.storeTimeout, "store-timeout", durationEnv("SLUICE_STORE_TIMEOUT", 10*time.Millisecond), "deadline of each call to a shared store; past it, and while the circuit breaker is open, rules follow on_store_error (SLUICE_STORE_TIMEOUT)")
+	f.IntVar(&c.maxInFlight, "max-inflight", intEnv("SLUICE_MAX_INFLIGHT", 4096), "requests decided at once; more are refused at once with 503 / RESOURCE_EXHAUSTED (SLUICE_MAX_INFLIGHT)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
@@ -121,6 +128,13 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	m := metrics.New(reg, storeName)
 	m.PolicyLoaded(snap.Version, nil)
+	if storeName != "memory" {
+		m.BreakerState("closed")
+		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, OnStateChange: func(from, to string) {
+			log.Warn("store circuit breaker", "from", from, "to", to)
+			m.BreakerState(to)
+		}})
+	}
 	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is down.
@@ -145,13 +159,15 @@ func serve(ctx context.Context, c serveConfig) error {
 		MaxBodyBytes: c.maxBody,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
-	var handler http.Handler = api
+	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
+	admin := overload.NewAdmin(sluice.New(memory.New(), mustPolicy(overload.AdminPolicy)))
+	var handler http.Handler = gate.HTTP(admin.HTTP(api))
 	if c.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.Handle("/", api)
+		mux.Handle("/", gate.HTTP(admin.HTTP(api)))
 		handler = mux
 	}
 	httpSrv := &http.Server{
@@ -165,6 +181,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	grpcSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(1<<20),
+		grpc.ChainUnaryInterceptor(gate.UnaryInterceptor(), admin.UnaryInterceptor()),
 		// A fixed pool of stream workers instead of a goroutine per RPC: less stack growth and
 		// scheduling per call.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
@@ -229,6 +246,35 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (sluice.Sto
 		return st, "redis", nil
 	}
 	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
+}
+
+// mustPolicy compiles a policy built into the binary.
+func mustPolicy(yml string) *policy.Snapshot {
+	snap, err := policy.LoadFiles(map[string][]byte{"built-in": []byte(yml)})
+	if err != nil {
+		panic(err) // a built-in policy that does not compile is a bug caught by the tests
+	}
+	return snap
+}
+
+// intEnv reads an integer from the environment, or def.
+func intEnv(name string, def int) int {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// durationEnv reads a duration from the environment, or def.
+func durationEnv(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
 }
 
 func orBuiltIn(path string) string {

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testproxy"
+)
+
+const resiliencePolicy = `
+rules:
+  - {name: open, match: {endpoint: /open}, key: [user], algorithm: gcra, limit: 100000, period: 1s, on_store_error: open}
+  - {name: closed, match: {endpoint: /closed}, key: [user], algorithm: gcra, limit: 100000, period: 1s, on_store_error: closed}
+  - {name: local, match: {endpoint: /local}, key: [user], algorithm: fixed_window, limit: 5, period: 1h, on_store_error: local}
+`
+
+type outcome struct {
+	status   int
+	allowed  bool
+	degraded bool
+}
+
+func call(client *http.Client, s *server, endpoint, user string) (outcome, error) {
+	resp, err := client.Post("http://"+s.http+"/v1/check", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"user":%q,"endpoint":%q}`, user, endpoint)))
+	if err != nil {
+		return outcome{}, err
+	}
+	defer resp.Body.Close()
+	var d struct{ Allowed, Degraded bool }
+	json.NewDecoder(resp.Body).Decode(&d)
+	return outcome{resp.StatusCode, d.Allowed, d.Degraded}, nil
+}
+
+// TestRedisKilledUnderLoad SIGKILLs Redis under a load on two sluice processes: no call fails,
+// each rule follows its on_store_error while Redis is gone, and normal decisions come back
+// after Redis restarts, with nothing restarted on Sluice's side.
+func TestRedisKilledUnderLoad(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	writeFile(t, path, resiliencePolicy)
+	env := []string{"SLUICE_STORE=redis://" + redis.Addr, "SLUICE_STORE_TIMEOUT=300ms"}
+	nodes := []*server{start(t, path, filepath.Join(dir, "a"), env...), start(t, path, filepath.Join(dir, "b"), env...)}
+
+	var phase atomic.Int32 // 0 before the kill, 1 while Redis is dead, 2 after the restart
+	var failed, calls atomic.Int64
+	var mu sync.Mutex
+	seen := map[string]map[outcome]int{} // "phase/endpoint" -> outcomes
+	client := &http.Client{Timeout: 5 * time.Second}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				endpoint := []string{"/open", "/closed", "/local"}[(g+i)%3]
+				user := fmt.Sprint("u", g)
+				p := phase.Load()
+				o, err := call(client, nodes[(g+i)%2], endpoint, user)
+				calls.Add(1)
+				if err != nil || (o.status != 200 && o.status != 429) {
+					failed.Add(1)
+					continue
+				}
+				mu.Lock()
+				k := fmt.Sprint(p, endpoint)
+				if seen[k] == nil {
+					seen[k] = map[outcome]int{}
+				}
+				seen[k][o]++
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	redis.Kill()
+	phase.Store(1)
+	time.Sleep(2 * time.Second)
+	redis.Restart(t)
+	phase.Store(2)
+	// Normal decisions must come back by themselves: wait for a non-degraded answer.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, err := call(client, nodes[0], "/closed", "probe")
+		if err == nil && o.status == 200 && !o.degraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still degraded 10 s after Redis restarted: %+v %v", o, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	if f := failed.Load(); f != 0 {
+		t.Errorf("%d of %d calls failed", f, calls.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, outs := range seen {
+		t.Logf("%s: %v", k, outs)
+	}
+	// While Redis was dead, once the breaker decided: open allowed, closed denied, local
+	// limited each node to the rule's own 5 per user and hour.
+	if outs := seen["1/open"]; outs[outcome{200, true, true}] == 0 || outs[outcome{429, false, true}] != 0 {
+		t.Errorf("open while Redis was dead: %v, want allowed and degraded", outs)
+	}
+	if outs := seen["1/closed"]; outs[outcome{429, false, true}] == 0 || outs[outcome{200, true, true}] != 0 {
+		t.Errorf("closed while Redis was dead: %v, want denied and degraded", outs)
+	}
+	if outs := seen["1/local"]; outs[outcome{429, false, true}] == 0 || outs[outcome{200, true, true}] > 2*12*5 {
+		t.Errorf("local while Redis was dead: %v, want each node to allow 5 per user", outs)
+	}
+	if outs := seen["2/closed"]; outs[outcome{200, true, false}] == 0 {
+		t.Errorf("closed after Redis came back: %v, want normal decisions", outs)
+	}
+}
+
+// TestOverloadIsRefusedFast saturates a node whose store answers slowly: requests past
+// --max-inflight are refused at once with 503 instead of queueing, and the node stays small.
+func TestOverloadIsRefusedFast(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	proxy := testproxy.Start(t, redis.Addr)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	writeFile(t, path, resiliencePolicy)
+	s := start(t, path, filepath.Join(dir, "data"), "SLUICE_STORE=redis://"+proxy.Addr, "SLUICE_STORE_TIMEOUT=2s", "SLUICE_MAX_INFLIGHT=64")
+	proxy.Delay(200 * time.Millisecond)
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 400}}
+	var wg sync.WaitGroup
+	var ok, refused, other atomic.Int64
+	var slowestRefusal atomic.Int64
+	for range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			o, err := call(client, s, "/open", "burst")
+			switch {
+			case err != nil:
+				other.Add(1)
+			case o.status == http.StatusServiceUnavailable:
+				refused.Add(1)
+				if d := int64(time.Since(start)); d > slowestRefusal.Load() {
+					slowestRefusal.Store(d)
+				}
+			case o.status == 200:
+				ok.Add(1)
+			default:
+				other.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("400 at once, 64 in flight at most: %d decided, %d refused (slowest refusal %v), %d other",
+		ok.Load(), refused.Load(), time.Duration(slowestRefusal.Load()), other.Load())
+	if refused.Load() == 0 || ok.Load() == 0 || other.Load() != 0 {
+		t.Fatalf("decided %d, refused %d, other %d: want both decided and refused, nothing else", ok.Load(), refused.Load(), other.Load())
+	}
+	// A refusal does not wait for the store (200 ms a call here); the bound allows for a
+	// loaded test machine, it is not a speed target.
+	if d := time.Duration(slowestRefusal.Load()); d > 2*time.Second {
+		t.Errorf("slowest refusal took %v", d)
+	}
+	if m := s.get("/metrics"); !strings.Contains(m, `sluice_requests_rejected_total{api="http",reason="overloaded"}`) {
+		t.Errorf("refusals not counted:\n%s", grepLines(m, "rejected"))
+	}
+}

@@ -69,7 +69,10 @@ type Decision struct {
 	Replayed bool
 	// Degraded is set when the store failed and the decision followed on_store_error.
 	Degraded bool
-	Reason   string
+	// HotKey is set when a hot key was decided in the process (hot-key mode) between syncs
+	// with the shared store.
+	HotKey bool
+	Reason string
 	// PolicyVersion is the version of the policy that decided.
 	PolicyVersion string
 	Results       []Result
@@ -87,7 +90,7 @@ func (d *Decision) reset() {
 	d.Allowed, d.State, d.Limit, d.Period, d.Remaining = false, StateNormal, 0, 0, 0
 	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
 	d.Rule, d.Scope, d.Reason, d.PolicyVersion = "", "", "", ""
-	d.Shadow, d.Exempt, d.Replayed, d.Degraded = false, false, false, false
+	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey = false, false, false, false, false
 	d.Results, d.ops, d.opLimit, d.idem = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0]
 }
 
@@ -185,6 +188,9 @@ func (d *Decision) AppendJSON(b []byte) []byte {
 	}
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
+	}
+	if d.HotKey {
+		b = append(b, `,"hot_key":true`...)
 	}
 	if d.Reason != "" {
 		b = append(b, `,"reason":`...)

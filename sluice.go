@@ -171,7 +171,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 				return err
 			}
 		}
-		d.Replayed = replayed
+		d.Replayed, d.HotKey = replayed, d.batch.HotKey
 	}
 	for i, n := range d.opLimit {
 		lim, res, a := &limits[n], &d.Results[n], &d.algo[i]

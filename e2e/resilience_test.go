@@ -186,3 +186,40 @@ func TestOverloadIsRefusedFast(t *testing.T) {
 		t.Errorf("refusals not counted:\n%s", grepLines(m, "rejected"))
 	}
 }
+
+// TestHotKeyModeIsVisible runs a node with --hot-keys on Redis and drives one key hot: its
+// answers and /v1/quota say hot_key, and the metrics count the local decisions.
+func TestHotKeyModeIsVisible(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	writeFile(t, path, "rules:\n  - {name: hot, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h}\n")
+	s := start(t, path, filepath.Join(dir, "data"), "SLUICE_STORE=redis://"+redis.Addr, "SLUICE_STORE_TIMEOUT=2s",
+		"SLUICE_HOT_KEYS=true", "SLUICE_HOT_KEY_THRESHOLD=50")
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := client.Post("http://"+s.http+"/v1/quota", "application/json", strings.NewReader(`{"user":"celebrity"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			HotKey bool `json:"hot_key"`
+		}
+		json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		if d.HotKey {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key never became hot in /v1/quota")
+		}
+		for range 50 {
+			call(client, s, "/", "celebrity")
+		}
+	}
+	if m := s.get("/metrics"); !strings.Contains(m, "sluice_hot_keys 1") || !strings.Contains(m, `mode="hot_key"`) {
+		t.Errorf("metrics do not show hot-key mode:\n%s", grepLines(m, "hot"))
+	}
+}

@@ -27,6 +27,7 @@ type Metrics struct {
 	durations    atomic.Pointer[map[string]prometheus.Observer]
 	mu           sync.Mutex // serialises copy-on-write of the caches
 	storeErrName string
+	reg          prometheus.Registerer
 }
 
 // checkKey is one label set of sluice_checks_total.
@@ -39,7 +40,7 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 	m := &Metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_checks_total",
-			Help: "Rate-limit decisions by API (http, grpc, rls), deciding rule, result (allowed, denied, exempt), state (normal, soft, hard) and mode (normal, shadow, fallback).",
+			Help: "Rate-limit decisions by API (http, grpc, rls), deciding rule, result (allowed, denied, exempt), state (normal, soft, hard) and mode (normal, shadow, fallback, hot_key).",
 		}, []string{"api", "rule", "result", "state", "mode"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
@@ -67,6 +68,7 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open (checks follow on_store_error).",
 		}, []string{"store"}),
 		storeErrName: storeName,
+		reg:          reg,
 	}
 	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker)
 	empty := map[checkKey]prometheus.Counter{}
@@ -91,6 +93,8 @@ func (m *Metrics) ObserveCheck(api string, d *sluice.Decision, elapsed time.Dura
 	switch {
 	case d.Degraded:
 		mode = "fallback"
+	case d.HotKey:
+		mode = "hot_key"
 	case d.Shadow:
 		mode = "shadow"
 	}
@@ -143,6 +147,22 @@ func (m *Metrics) BreakerState(state string) {
 	}
 	v := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[state]
 	m.breaker.WithLabelValues(m.storeErrName).Set(v)
+}
+
+// WatchHotKeys exports hot-key mode's figures, read from stats when scraped: the keys now hot,
+// the requests decided in the process, and the sync calls made to the store.
+func (m *Metrics) WatchHotKeys(stats func() (local, syncs int64, hot int)) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_hot_keys", Help: "Keys this node decides locally (hot-key mode)."},
+			func() float64 { _, _, hot := stats(); return float64(hot) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_local_decisions_total", Help: "Requests decided in the process on hot keys."},
+			func() float64 { local, _, _ := stats(); return float64(local) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_syncs_total", Help: "Store calls made to write hot keys' hits back."},
+			func() float64 { _, syncs, _ := stats(); return float64(syncs) }),
+	)
 }
 
 // Rejected counts a request refused before deciding.

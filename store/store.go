@@ -28,6 +28,10 @@ type Batch struct {
 	// answer a batch with the same key with them, consuming nothing again.
 	IdempotencyKey []byte
 	IdempotencyTTL time.Duration
+
+	// HotKey is set by a store that decided the batch in the process (hot-key mode) rather
+	// than in the shared store.
+	HotKey bool
 }
 
 // ErrUnavailable is wrapped by errors that mean the store could not be reached or did not

@@ -36,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice/server/overload"
 	"github.com/sluicehq/sluice/server/rls"
 	"github.com/sluicehq/sluice/store/breaker"
+	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -56,6 +57,10 @@ type serveConfig struct {
 	gcPercent        int
 	storeTimeout     time.Duration
 	maxInFlight      int
+	hotKeys          bool
+	hotKeyThreshold  int
+	hotKeyOverage    float64
+	fleetSize        int
 }
 
 func serveCommand() *cobra.Command {
@@ -87,6 +92,10 @@ the running one kept.`,
 	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes")
 	f.DurationVar(&c.storeTimeout, "store-timeout", durationEnv("SLUICE_STORE_TIMEOUT", 10*time.Millisecond), "deadline of each call to a shared store; past it, and while the circuit breaker is open, rules follow on_store_error (SLUICE_STORE_TIMEOUT)")
 	f.IntVar(&c.maxInFlight, "max-inflight", intEnv("SLUICE_MAX_INFLIGHT", 4096), "requests decided at once; more are refused at once with 503 / RESOURCE_EXHAUSTED (SLUICE_MAX_INFLIGHT)")
+	f.BoolVar(&c.hotKeys, "hot-keys", os.Getenv("SLUICE_HOT_KEYS") == "true", "with a shared store, decide each node's hottest keys locally and write their hits back every 50 ms (SLUICE_HOT_KEYS=true)")
+	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot (SLUICE_HOT_KEY_THRESHOLD)")
+	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
+	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
@@ -134,6 +143,11 @@ func serve(ctx context.Context, c serveConfig) error {
 			log.Warn("store circuit breaker", "from", from, "to", to)
 			m.BreakerState(to)
 		}})
+		if c.hotKeys {
+			hk := hotkey.New(st, hotkey.Options{Threshold: c.hotKeyThreshold, Overage: c.hotKeyOverage, Nodes: c.fleetSize})
+			m.WatchHotKeys(hk.Stats)
+			st = hk
+		}
 	}
 	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
 	if storeName != "memory" {

@@ -1,0 +1,296 @@
+// Package hotkey spares a shared store its hottest keys. Each node finds its hottest keys over
+// a short interval with a Space-Saving top-k sketch (fixed memory, no timestamps per key).
+// Requests on a hot key are decided in the process against the quota the store reported at the
+// last sync, and the summed hits go back to the store in one batch every sync interval (50 ms),
+// which also reads the shared state back.
+//
+// The price is a bounded overage: a node holds at most Overage (default 5%) of the limit's
+// capacity, divided by the expected number of nodes, admitted but not yet written back, so the
+// fleet admits at most Overage above the exact bound. No node admits beyond what the store last
+// reported as remaining.
+package hotkey
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Backend is the shared store.
+type Backend interface {
+	Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error)
+	Reset(ctx context.Context, keys [][]byte) error
+	Close() error
+}
+
+// Options tune hot-key mode; zero values take the defaults.
+type Options struct {
+	// Threshold is the requests per second on one node that make a key hot (default 500).
+	Threshold int
+	// Overage is the share of a limit the fleet may admit beyond the exact bound (default 0.05).
+	Overage float64
+	// Nodes is the expected number of Sluice nodes sharing the store (default 1).
+	Nodes int
+	// SyncEvery is how often local hits are written back (default 50 ms).
+	SyncEvery time.Duration
+	// Detect is the detection interval (default 1 s).
+	Detect time.Duration
+}
+
+// Store decides hot keys locally and passes everything else to the shared store.
+type Store struct {
+	inner Backend
+	o     Options
+
+	sketch  *spaceSaving
+	sampled atomic.Uint32
+
+	mu  sync.RWMutex
+	hot map[string]*hotKey
+
+	local, synced atomic.Int64 // requests decided locally; sync calls made
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// hotKey is the local view of one hot key between syncs.
+type hotKey struct {
+	mu        sync.Mutex
+	key       []byte
+	params    algorithm.Params
+	remaining int64 // what the store reported at the last sync
+	cap       int64 // the most this node may hold admitted but not yet in the store
+	pending   int64 // admitted here since the last sync, not yet in the store
+	reset     int64 // reset_after at the last sync, µs
+	retry     int64 // retry_after when the store was spent at the last sync, µs
+	seen      bool  // requested during the last detection interval
+	syncEvery int64 // µs
+	ready     bool  // synced at least once with the current params: decisions can be local
+}
+
+// New wraps inner. Close stops the background sync and writes back what is pending.
+func New(inner Backend, o Options) *Store {
+	if o.Threshold <= 0 {
+		o.Threshold = 500
+	}
+	if o.Overage <= 0 {
+		o.Overage = 0.05
+	}
+	if o.Nodes <= 0 {
+		o.Nodes = 1
+	}
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = 50 * time.Millisecond
+	}
+	if o.Detect <= 0 {
+		o.Detect = time.Second
+	}
+	s := &Store{inner: inner, o: o, sketch: newSpaceSaving(64), hot: map[string]*hotKey{}, stop: make(chan struct{})}
+	s.done.Add(1)
+	go s.loop()
+	return s
+}
+
+// sampleEvery is how many requests pass per one counted in the sketch: detection needs the
+// heavy hitters, not exact counts, and sampling keeps the sketch's lock off most requests.
+const sampleEvery = 8
+
+// Apply decides a single-op batch on a hot key locally; anything else goes to the store.
+// b.HotKey is set when the decision was local.
+func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
+	if len(b.Ops) == 1 && len(b.IdempotencyKey) == 0 {
+		op := &b.Ops[0]
+		if s.sampled.Add(1)%sampleEvery == 0 {
+			s.sketch.add(op.Key)
+		}
+		s.mu.RLock()
+		h := s.hot[string(op.Key)]
+		s.mu.RUnlock()
+		if h != nil {
+			if r, ok := h.decide(op.Params, op.Cost); ok {
+				results[0] = r
+				b.HotKey = true
+				s.local.Add(1)
+				return false, nil
+			}
+		}
+	}
+	return s.inner.Apply(ctx, b, results)
+}
+
+// decide admits cost locally. It reports false, to send the request to the store, until a
+// sync has read the store with these parameters (a new hot key, or a changed limit).
+func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = true
+	if h.params != *p {
+		h.params, h.ready = *p, false
+	}
+	if !h.ready {
+		return algorithm.Result{}, false
+	}
+	r := algorithm.Result{ResetAfter: h.reset}
+	switch {
+	case cost > h.params.Capacity():
+		r.Reason = algorithm.ReasonCostExceedsCapacity
+	case h.pending+cost <= min(h.remaining, h.cap):
+		// Capping what is admitted but not yet in the store is what bounds the overage: at
+		// most cap per node is ever unknown to the store.
+		r.Allowed = true
+		h.pending += cost
+	case h.pending+cost <= h.remaining:
+		// This node's share is out until the next sync writes it back.
+		r.RetryAfter = max(1, h.syncEvery)
+	default:
+		// Spent, as the store said at the last sync.
+		r.RetryAfter = max(h.retry, 1)
+	}
+	r.Remaining = max(0, h.remaining-h.pending)
+	return r, true
+}
+
+// Reset passes through, and drops the local view of the keys.
+func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
+	s.mu.Lock()
+	for _, k := range keys {
+		delete(s.hot, string(k))
+	}
+	s.mu.Unlock()
+	return s.inner.Reset(ctx, keys)
+}
+
+// Close syncs what is pending and closes the store.
+func (s *Store) Close() error {
+	close(s.stop)
+	s.done.Wait()
+	s.sync(context.Background())
+	return s.inner.Close()
+}
+
+// Stats reports the requests decided locally and the sync calls made, for metrics and tests.
+func (s *Store) Stats() (local, syncs int64, hot int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.local.Load(), s.synced.Load(), len(s.hot)
+}
+
+func (s *Store) loop() {
+	defer s.done.Done()
+	syncT := time.NewTicker(s.o.SyncEvery)
+	detectT := time.NewTicker(s.o.Detect)
+	defer syncT.Stop()
+	defer detectT.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-syncT.C:
+			s.sync(context.Background())
+		case <-detectT.C:
+			s.detect()
+		}
+	}
+}
+
+// detect promotes the keys the sketch saw above the threshold and demotes hot keys nobody
+// asked for during the interval.
+func (s *Store) detect() {
+	perInterval := int64(float64(s.o.Threshold) * s.o.Detect.Seconds() / sampleEvery)
+	heavy := s.sketch.drain(max(1, perInterval))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, h := range s.hot {
+		h.mu.Lock()
+		idle := !h.seen && h.pending == 0
+		h.seen = false
+		h.mu.Unlock()
+		if idle {
+			delete(s.hot, k)
+		}
+	}
+	for _, k := range heavy {
+		if s.hot[k] == nil {
+			// Its parameters come with its next request; until a sync has read the store,
+			// its requests still go there.
+			s.hot[k] = &hotKey{key: []byte(k), seen: true}
+		}
+	}
+}
+
+// sync writes each hot key's pending hits back and reads its state: one pipelined batch of
+// single-op calls, two per key (a look to learn what is left, then the consumption of what
+// fits). Hits admitted locally beyond what was left are the bounded overage.
+func (s *Store) sync(ctx context.Context) {
+	s.mu.RLock()
+	keys := make([]*hotKey, 0, len(s.hot))
+	for _, h := range s.hot {
+		keys = append(keys, h)
+	}
+	s.mu.RUnlock()
+	for _, h := range keys {
+		h.mu.Lock()
+		p, pending := h.params, h.pending
+		h.mu.Unlock()
+		if p.Kind == 0 {
+			continue // no request has told its parameters yet
+		}
+		res := make([]algorithm.Result, 1)
+		look := &store.Batch{Ops: []store.Op{{Key: h.key, Params: &p, Cost: 0}}}
+		if _, err := s.inner.Apply(ctx, look, res); err != nil {
+			continue // keep the pending hits for the next sync
+		}
+		s.synced.Add(1)
+		// Write back what fits. Another node may take from the key between the look and the
+		// take, and the store admits all of a take or none of it: on a denial, take what the
+		// store says is left, so that only hits beyond the store's capacity stay unrecorded.
+		failed := false
+		for attempt := 0; attempt < 4; attempt++ {
+			take := min(pending, res[0].Remaining)
+			if take <= 0 {
+				break
+			}
+			b := &store.Batch{Ops: []store.Op{{Key: h.key, Params: &p, Cost: take}}}
+			if _, err := s.inner.Apply(ctx, b, res); err != nil {
+				failed = true
+				break
+			}
+			s.synced.Add(1)
+			if res[0].Allowed {
+				break
+			}
+		}
+		if failed {
+			continue
+		}
+		h.mu.Lock()
+		if h.params != p {
+			h.mu.Unlock()
+			continue // the limit changed under the sync; the next one starts over
+		}
+		h.pending -= pending
+		h.ready = true
+		h.remaining = res[0].Remaining
+		h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
+		if h.remaining == 0 && h.retry == 0 {
+			h.retry = res[0].ResetAfter
+		}
+		h.cap = max(1, int64(math.Floor(s.o.Overage*float64(p.Capacity())/float64(s.o.Nodes))))
+		h.syncEvery = s.o.SyncEvery.Microseconds()
+		h.mu.Unlock()
+	}
+}
+
+// Promote makes k hot with params at once, for tests and for keys an operator knows are hot.
+func (s *Store) Promote(k []byte, params algorithm.Params) {
+	s.mu.Lock()
+	s.hot[string(k)] = &hotKey{key: append([]byte(nil), k...), params: params, seen: true}
+	s.mu.Unlock()
+	s.sync(context.Background())
+}

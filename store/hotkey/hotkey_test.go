@@ -1,0 +1,127 @@
+package hotkey
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+var ctx = context.Background()
+
+// hammer sends single-op batches on one key from 2 nodes (8 goroutines each) for d and returns
+// the admitted units, the requests sent and the script calls Redis ran.
+func hammer(t *testing.T, srv *redistest.Server, hot bool, p algorithm.Params, d time.Duration) (admitted, requests, calls int64) {
+	t.Helper()
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	k := key.AppendHead(nil, "hot-"+strconv.FormatBool(hot), "1")
+	var nodes []Backend
+	for range 2 {
+		inner, err := redis.New(ctx, "redis://"+srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var node Backend = inner
+		if hot {
+			node = New(inner, Options{Threshold: 200, Nodes: 2, Detect: 100 * time.Millisecond})
+		}
+		nodes = append(nodes, node)
+	}
+	var adm, reqs atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := nodes[g%2]
+			res := make([]algorithm.Result, 1)
+			for time.Now().Before(deadline) {
+				b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
+				if _, err := node.Apply(ctx, b, res); err != nil {
+					t.Error(err)
+					return
+				}
+				reqs.Add(1)
+				if res[0].Allowed {
+					adm.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range nodes {
+		n.Close() // writes back what is pending
+	}
+	stats, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm.Load(), reqs.Load(), scriptCalls(stats)
+}
+
+func scriptCalls(info string) int64 {
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_fcall:") || strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			v, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, "calls=")+6:], ""), ",")
+			c, _ := strconv.ParseInt(v, 10, 64)
+			n += c
+		}
+	}
+	return n
+}
+
+// TestHotKeySparesTheStore: one key at a high rate from 2 nodes. With hot-key mode the store
+// sees at least 90% fewer script calls per request, and the admitted units stay within the
+// 5% overage of the exact bound (and near it: the bound is reached).
+func TestHotKeySparesTheStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 20_000, 0, time.Hour)
+	offAdmitted, offRequests, offCalls := hammer(t, srv, false, p, 1500*time.Millisecond)
+	onAdmitted, onRequests, onCalls := hammer(t, srv, true, p, 3*time.Second)
+	offRate := float64(offCalls) / float64(offRequests)
+	onRate := float64(onCalls) / float64(onRequests)
+	t.Logf("hot-key off: %d requests, %d script calls (%.3f per request), %d admitted", offRequests, offCalls, offRate, offAdmitted)
+	t.Logf("hot-key on:  %d requests, %d script calls (%.3f per request), %d admitted of bound %d", onRequests, onCalls, onRate, onAdmitted, p.Limit)
+	if onRate > 0.1*offRate {
+		t.Errorf("hot-key mode made %.3f script calls per request, off made %.3f: want at least 90%% fewer", onRate, offRate)
+	}
+	if onRequests < 2*p.Limit {
+		t.Fatalf("only %d requests: too few to reach the bound of %d", onRequests, p.Limit)
+	}
+	if bound := p.Limit + p.Limit/20; onAdmitted > bound || onAdmitted < p.Limit*95/100 {
+		t.Errorf("admitted %d, want within 5%% of the bound %d (at most %d)", onAdmitted, p.Limit, bound)
+	}
+}
+
+func TestSpaceSaving(t *testing.T) {
+	t.Parallel()
+	s := newSpaceSaving(4)
+	for i := range 1000 {
+		s.add([]byte("heavy"))
+		s.add([]byte("k" + strconv.Itoa(i))) // a thousand keys seen once each
+		if i%2 == 0 {
+			s.add([]byte("medium"))
+		}
+	}
+	heavy := s.drain(400)
+	if len(heavy) != 2 || !(heavy[0] == "heavy" || heavy[1] == "heavy") {
+		t.Fatalf("heavy hitters %v, want heavy and medium", heavy)
+	}
+	if got := s.drain(1); len(got) != 0 {
+		t.Fatalf("drain did not start a new interval: %v", got)
+	}
+}

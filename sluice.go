@@ -49,6 +49,7 @@ type Limiter struct {
 	idemTTL  time.Duration
 	log      *slog.Logger
 	onError  func(error)
+	share    int64 // on_store_error: local divides limits by this many nodes
 }
 
 // Option configures a Limiter.
@@ -67,6 +68,11 @@ func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log
 // WithFallback sets the store that rules with on_store_error: local use when the main store
 // fails: typically a memory store, so each node limits on its own until the store is back.
 func WithFallback(s Store) Option { return func(l *Limiter) { l.fallback = s } }
+
+// WithLocalShare divides the limits of on_store_error: local rules by the expected number of
+// nodes, so that while the shared store is down the fleet together admits about the limit
+// rather than each node admitting all of it.
+func WithLocalShare(nodes int) Option { return func(l *Limiter) { l.share = int64(max(1, nodes)) } }
 
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
@@ -247,6 +253,13 @@ func (l *Limiter) degrade(ctx context.Context, limits []policy.Limit, d *Decisio
 	ops := make([]store.Op, len(local))
 	for j, i := range local {
 		ops[j] = d.ops[i]
+		if p := ops[j].Params; l.share > 1 {
+			// Each node's part, at least 1 so every node still serves someone.
+			shared, err := algorithm.NewParams(p.Kind, max(1, p.Limit/l.share), max(1, p.Burst/l.share), time.Duration(p.Period)*time.Microsecond)
+			if err == nil {
+				ops[j].Params = &shared
+			}
+		}
 	}
 	res := make([]algorithm.Result, len(ops))
 	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {

@@ -29,10 +29,11 @@ func TestStoreDown(t *testing.T) {
 rules:
   - {name: open, match: {endpoint: /open}, key: [user], algorithm: fixed_window, limit: 1, period: 1h, on_store_error: open}
   - {name: closed, match: {endpoint: /closed}, key: [user], algorithm: fixed_window, limit: 1, period: 1h, on_store_error: closed}
-  - {name: local, match: {endpoint: /local}, key: [user], algorithm: fixed_window, limit: 2, period: 1h, on_store_error: local}
+  - {name: local, match: {endpoint: /local}, key: [user], algorithm: fixed_window, limit: 4, period: 1h, on_store_error: local}
 `)
 	lim := sluice.New(st, snap,
 		sluice.WithFallback(memory.New(memory.WithSweepInterval(0))),
+		sluice.WithLocalShare(2), // a fleet of 2: the local rule's 4 become 2 here
 		sluice.WithStoreErrorHook(func(err error) {
 			if !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("store error %v does not wrap ErrUnavailable", err)
@@ -59,7 +60,7 @@ rules:
 	if d := check("/closed"); d.Allowed || !d.Degraded || d.Reason == "" {
 		t.Errorf("closed: allowed=%v degraded=%v reason=%q, want denied, degraded, with a reason", d.Allowed, d.Degraded, d.Reason)
 	}
-	// local: the in-process limiter has the rule's own limit of 2.
+	// local: the in-process limiter has this node's share of the rule's limit, 4 / 2.
 	for i := range 3 {
 		if d := check("/local"); d.Allowed != (i < 2) || !d.Degraded {
 			t.Errorf("local request %d: allowed=%v degraded=%v", i, d.Allowed, d.Degraded)

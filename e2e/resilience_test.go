@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testproxy"
 )
@@ -88,6 +93,36 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			}
 		}()
 	}
+	// gRPC callers too (sluice.v1 Check): no call may fail there either.
+	var grpcCalls, grpcFailed atomic.Int64
+	for n := range nodes {
+		conn, err := grpc.NewClient(nodes[n].grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rl := sluicev1.NewRateLimiterClient(conn)
+		for g := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := rl.Check(cctx, &sluicev1.CheckRequest{User: fmt.Sprint("g", g), Endpoint: "/open"})
+					cancel()
+					grpcCalls.Add(1)
+					if err != nil {
+						grpcFailed.Add(1)
+					}
+				}
+			}()
+		}
+	}
 	time.Sleep(time.Second)
 	redis.Kill()
 	phase.Store(1)
@@ -111,8 +146,12 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	wg.Wait()
 
 	if f := failed.Load(); f != 0 {
-		t.Errorf("%d of %d calls failed", f, calls.Load())
+		t.Errorf("%d of %d HTTP calls failed", f, calls.Load())
 	}
+	if f := grpcFailed.Load(); f != 0 || grpcCalls.Load() == 0 {
+		t.Errorf("%d of %d gRPC calls failed", f, grpcCalls.Load())
+	}
+	t.Logf("%d HTTP and %d gRPC calls, none failed", calls.Load(), grpcCalls.Load())
 	mu.Lock()
 	defer mu.Unlock()
 	for k, outs := range seen {
@@ -221,5 +260,90 @@ func TestHotKeyModeIsVisible(t *testing.T) {
 	}
 	if m := s.get("/metrics"); !strings.Contains(m, "sluice_hot_keys 1") || !strings.Contains(m, `mode="hot_key"`) {
 		t.Errorf("metrics do not show hot-key mode:\n%s", grepLines(m, "hot"))
+	}
+}
+
+// TestClusterFailover kills a Redis Cluster primary under load on a sluice process: while the
+// replica is promoted, checks keep answering (by on_store_error), and once the cluster is ok
+// again sluice follows the new topology and decides normally, with no restart.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a 6-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 1)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	writeFile(t, path, resiliencePolicy)
+	s := start(t, path, filepath.Join(dir, "data"), "SLUICE_STORE=redis-cluster://"+strings.Join(cl.Addrs, ","), "SLUICE_STORE_TIMEOUT=500ms")
+
+	var failed, calls, degraded atomic.Int64
+	client := &http.Client{Timeout: 5 * time.Second}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Many users: their keys spread over every primary's slots.
+				o, err := call(client, s, "/open", fmt.Sprint("user-", g, "-", i%50))
+				calls.Add(1)
+				switch {
+				case err != nil || o.status != 200:
+					failed.Add(1)
+				case o.degraded:
+					degraded.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	// The primary that owns a key accepts a write to it; the others answer MOVED.
+	var primary *redistest.Server
+	for _, n := range cl.Nodes {
+		if _, err := n.Do("SET", "failover-probe", "1"); err == nil {
+			primary = n
+			break
+		}
+	}
+	if primary == nil {
+		t.Fatal("no node accepted a write")
+	}
+	killed := time.Now()
+	primary.Kill()
+	cl.WaitOK(t)
+	promoted := time.Since(killed)
+	// Normal decisions for every user again: a full round with nothing degraded.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		clean := true
+		for u := range 50 {
+			o, err := call(client, s, "/open", fmt.Sprint("probe-", u))
+			if err != nil || o.status != 200 || o.degraded {
+				clean = false
+				break
+			}
+		}
+		if clean {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("decisions still degraded 20 s after the cluster recovered")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recovered := time.Since(killed)
+	close(stop)
+	wg.Wait()
+	t.Logf("primary killed: cluster ok after %v, normal decisions after %v; %d calls, %d degraded, %d failed",
+		promoted.Round(time.Millisecond), recovered.Round(time.Millisecond), calls.Load(), degraded.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d calls failed during the failover", failed.Load(), calls.Load())
 	}
 }

@@ -95,7 +95,7 @@ the running one kept.`,
 	f.BoolVar(&c.hotKeys, "hot-keys", os.Getenv("SLUICE_HOT_KEYS") == "true", "with a shared store, decide each node's hottest keys locally and write their hits back every 50 ms (SLUICE_HOT_KEYS=true)")
 	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot (SLUICE_HOT_KEY_THRESHOLD)")
 	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
-	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage (SLUICE_FLEET_SIZE)")
+	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
@@ -151,8 +151,9 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
 	if storeName != "memory" {
-		// Rules with on_store_error: local limit in this process while the shared store is down.
-		opts = append(opts, sluice.WithFallback(memory.New(memory.WithLogger(log))))
+		// Rules with on_store_error: local limit in this process while the shared store is
+		// down, each node to its share of the fleet.
+		opts = append(opts, sluice.WithFallback(memory.New(memory.WithLogger(log))), sluice.WithLocalShare(c.fleetSize))
 	}
 	lim := sluice.New(st, snap, opts...)
 	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName)

@@ -23,18 +23,8 @@ import (
 // Request is the attributes of one request to rate-limit.
 type Request = policy.Request
 
-// Store applies batches of limits atomically. The memory and Redis stores implement it.
-type Store interface {
-	// Apply decides every op of b at one instant of the store's clock and consumes all of them
-	// only if every non-shadow op is allowed. It fills results[i] for b.Ops[i]; replayed
-	// reports an idempotent replay of an earlier batch. An error means the store could not
-	// decide; it is never a denial.
-	Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (replayed bool, err error)
-	// Reset drops the state of keys.
-	Reset(ctx context.Context, keys [][]byte) error
-	// Close releases the store.
-	Close() error
-}
+// Store applies batches of limits atomically: see store.Store.
+type Store = store.Store
 
 // DefaultIdempotencyTTL is how long a decision is remembered for its idempotency key.
 const DefaultIdempotencyTTL = 5 * time.Minute

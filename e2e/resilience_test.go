@@ -33,6 +33,24 @@ type outcome struct {
 	degraded bool
 }
 
+// loadUntil runs f(worker, iteration) on workers goroutines until stop closes.
+func loadUntil(stop <-chan struct{}, wg *sync.WaitGroup, workers int, f func(g, i int)) {
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f(g, i)
+			}
+		}()
+	}
+}
+
 func call(client *http.Client, s *server, endpoint, user string) (outcome, error) {
 	resp, err := client.Post("http://"+s.http+"/v1/check", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"user":%q,"endpoint":%q}`, user, endpoint)))
@@ -64,35 +82,23 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for g := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				endpoint := []string{"/open", "/closed", "/local"}[(g+i)%3]
-				user := fmt.Sprint("u", g)
-				p := phase.Load()
-				o, err := call(client, nodes[(g+i)%2], endpoint, user)
-				calls.Add(1)
-				if err != nil || (o.status != 200 && o.status != 429) {
-					failed.Add(1)
-					continue
-				}
-				mu.Lock()
-				k := fmt.Sprint(p, endpoint)
-				if seen[k] == nil {
-					seen[k] = map[outcome]int{}
-				}
-				seen[k][o]++
-				mu.Unlock()
-			}
-		}()
-	}
+	loadUntil(stop, &wg, 12, func(g, i int) {
+		endpoint := []string{"/open", "/closed", "/local"}[(g+i)%3]
+		p := phase.Load()
+		o, err := call(client, nodes[(g+i)%2], endpoint, fmt.Sprint("u", g))
+		calls.Add(1)
+		if err != nil || (o.status != 200 && o.status != 429) {
+			failed.Add(1)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := fmt.Sprint(p, endpoint)
+		if seen[k] == nil {
+			seen[k] = map[outcome]int{}
+		}
+		seen[k][o]++
+	})
 	// gRPC callers too (sluice.v1 Check): no call may fail there either.
 	var grpcCalls, grpcFailed atomic.Int64
 	for n := range nodes {
@@ -102,26 +108,15 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		}
 		defer conn.Close()
 		rl := sluicev1.NewRateLimiterClient(conn)
-		for g := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_, err := rl.Check(cctx, &sluicev1.CheckRequest{User: fmt.Sprint("g", g), Endpoint: "/open"})
-					cancel()
-					grpcCalls.Add(1)
-					if err != nil {
-						grpcFailed.Add(1)
-					}
-				}
-			}()
-		}
+		loadUntil(stop, &wg, 2, func(g, _ int) {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := rl.Check(cctx, &sluicev1.CheckRequest{User: fmt.Sprint("g", g), Endpoint: "/open"})
+			grpcCalls.Add(1)
+			if err != nil {
+				grpcFailed.Add(1)
+			}
+		})
 	}
 	time.Sleep(time.Second)
 	redis.Kill()
@@ -281,28 +276,17 @@ func TestClusterFailover(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// Many users: their keys spread over every primary's slots.
-				o, err := call(client, s, "/open", fmt.Sprint("user-", g, "-", i%50))
-				calls.Add(1)
-				switch {
-				case err != nil || o.status != 200:
-					failed.Add(1)
-				case o.degraded:
-					degraded.Add(1)
-				}
-			}
-		}()
-	}
+	loadUntil(stop, &wg, 8, func(g, i int) {
+		// Many users: their keys spread over every primary's slots.
+		o, err := call(client, s, "/open", fmt.Sprint("user-", g, "-", i%50))
+		calls.Add(1)
+		switch {
+		case err != nil || o.status != 200:
+			failed.Add(1)
+		case o.degraded:
+			degraded.Add(1)
+		}
+	})
 	time.Sleep(time.Second)
 	// The primary that owns a key accepts a write to it; the others answer MOVED.
 	var primary *redistest.Server

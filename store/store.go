@@ -3,6 +3,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -32,6 +33,20 @@ type Batch struct {
 	// HotKey is set by a store that decided the batch in the process (hot-key mode) rather
 	// than in the shared store.
 	HotKey bool
+}
+
+// Store applies batches of limits atomically. The memory and Redis stores implement it, and the
+// guards (breaker, hotkey) wrap one.
+type Store interface {
+	// Apply decides every op of b at one instant of the store's clock and consumes all of them
+	// only if every non-shadow op is allowed. It fills results[i] for b.Ops[i]; replayed
+	// reports an idempotent replay of an earlier batch. An error means the store could not
+	// decide; it is never a denial.
+	Apply(ctx context.Context, b *Batch, results []algorithm.Result) (replayed bool, err error)
+	// Reset drops the state of keys.
+	Reset(ctx context.Context, keys [][]byte) error
+	// Close releases the store.
+	Close() error
 }
 
 // ErrUnavailable is wrapped by errors that mean the store could not be reached or did not

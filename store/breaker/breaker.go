@@ -16,13 +16,6 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Backend is the store being guarded.
-type Backend interface {
-	Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error)
-	Reset(ctx context.Context, keys [][]byte) error
-	Close() error
-}
-
 // Options tune the guard; zero values take the defaults.
 type Options struct {
 	// Timeout is every call's deadline (default 10 ms).
@@ -43,13 +36,13 @@ type Options struct {
 
 // Store is a guarded store.
 type Store struct {
-	inner   Backend
+	inner   store.Store
 	timeout time.Duration
 	cb      *gobreaker.CircuitBreaker[bool]
 }
 
 // New guards inner.
-func New(inner Backend, o Options) *Store {
+func New(inner store.Store, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Millisecond
 	}

@@ -21,13 +21,6 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Backend is the shared store.
-type Backend interface {
-	Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error)
-	Reset(ctx context.Context, keys [][]byte) error
-	Close() error
-}
-
 // Options tune hot-key mode; zero values take the defaults.
 type Options struct {
 	// Threshold is the requests per second on one node that make a key hot (default 500).
@@ -44,7 +37,7 @@ type Options struct {
 
 // Store decides hot keys locally and passes everything else to the shared store.
 type Store struct {
-	inner Backend
+	inner store.Store
 	o     Options
 
 	sketch  *spaceSaving
@@ -75,7 +68,7 @@ type hotKey struct {
 }
 
 // New wraps inner. Close stops the background sync and writes back what is pending.
-func New(inner Backend, o Options) *Store {
+func New(inner store.Store, o Options) *Store {
 	if o.Threshold <= 0 {
 		o.Threshold = 500
 	}

@@ -26,13 +26,13 @@ func hammer(t *testing.T, srv *redistest.Server, hot bool, p algorithm.Params, d
 		t.Fatal(err)
 	}
 	k := key.AppendHead(nil, "hot-"+strconv.FormatBool(hot), "1")
-	var nodes []Backend
+	var nodes []store.Store
 	for range 2 {
 		inner, err := redis.New(ctx, "redis://"+srv.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var node Backend = inner
+		var node store.Store = inner
 		if hot {
 			node = New(inner, Options{Threshold: 200, Nodes: 2, Detect: 100 * time.Millisecond})
 		}

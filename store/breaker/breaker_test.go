@@ -55,7 +55,7 @@ func TestSlowStore(t *testing.T) {
 	waitClosed(t, s, res)
 
 	// Far slower than the deadline, so a call that waited on the store is unmistakable.
-	proxy.Delay(2 * time.Second)
+	proxy.Delay(5 * time.Second)
 	var took []time.Duration
 	for range 40 {
 		start := time.Now()
@@ -66,9 +66,9 @@ func TestSlowStore(t *testing.T) {
 		}
 	}
 	slices.Sort(took)
-	// The bound is the deadline plus scheduling on a loaded 2-core machine, not a speed target;
-	// waiting on the store would take 2 s.
-	if p99 := took[len(took)*99/100]; p99 > deadline+500*time.Millisecond {
+	// The bound is the deadline plus scheduling on a heavily loaded 2-core machine, not a speed
+	// target; waiting on the store would take 5 s.
+	if p99 := took[len(took)*99/100]; p99 > deadline+2*time.Second {
 		t.Errorf("p99 of calls to a slow store %v, deadline %v", p99, deadline)
 	}
 	if s.State() != "open" {

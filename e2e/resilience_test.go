@@ -123,12 +123,14 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	phase.Store(1)
 	time.Sleep(2 * time.Second)
 	redis.Restart(t)
+	restarted := time.Now()
 	phase.Store(2)
 	// Normal decisions must come back by themselves: wait for a non-degraded answer.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		o, err := call(client, nodes[0], "/closed", "probe")
 		if err == nil && o.status == 200 && !o.degraded {
+			t.Logf("normal decisions %v after Redis restarted", time.Since(restarted).Round(time.Millisecond))
 			break
 		}
 		if time.Now().After(deadline) {
@@ -216,8 +218,21 @@ func TestOverloadIsRefusedFast(t *testing.T) {
 	if d := time.Duration(slowestRefusal.Load()); d > 2*time.Second {
 		t.Errorf("slowest refusal took %v", d)
 	}
-	if m := s.get("/metrics"); !strings.Contains(m, `sluice_requests_rejected_total{api="http",reason="overloaded"}`) {
+	m := s.get("/metrics")
+	if !strings.Contains(m, `sluice_requests_rejected_total{api="http",reason="overloaded"}`) {
 		t.Errorf("refusals not counted:\n%s", grepLines(m, "rejected"))
+	}
+	// Memory stays bounded: refused requests hold nothing. (A race-built binary is several
+	// times larger than a release one; the bound is generous but catches queueing.)
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, "process_resident_memory_bytes "); ok {
+			var rss float64
+			fmt.Sscan(v, &rss)
+			t.Logf("resident memory after the burst: %.0f MiB", rss/(1<<20))
+			if rss > 512<<20 {
+				t.Errorf("resident memory %.0f MiB after a burst of 400", rss/(1<<20))
+			}
+		}
 	}
 }
 

@@ -217,9 +217,9 @@ func (s *Store) detect() {
 	}
 }
 
-// sync writes each hot key's pending hits back and reads its state: one pipelined batch of
-// single-op calls, two per key (a look to learn what is left, then the consumption of what
-// fits). Hits admitted locally beyond what was left are the bounded overage.
+// sync writes the hot keys' pending hits back and reads their state: one batch that looks at
+// every hot key (a look costs nothing, so one key cannot deny another), then a take per key
+// with hits pending, of what fits. Hits admitted beyond what was left are the bounded overage.
 func (s *Store) sync(ctx context.Context) {
 	s.mu.RLock()
 	keys := make([]*hotKey, 0, len(s.hot))
@@ -227,57 +227,69 @@ func (s *Store) sync(ctx context.Context) {
 		keys = append(keys, h)
 	}
 	s.mu.RUnlock()
+	var ready []*hotKey
+	var params []algorithm.Params
+	var pendings []int64
 	for _, h := range keys {
 		h.mu.Lock()
-		p, pending := h.params, h.pending
+		if h.params.Kind != 0 { // no request has told the parameters of a new key yet
+			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, h.pending)
+		}
 		h.mu.Unlock()
-		if p.Kind == 0 {
-			continue // no request has told its parameters yet
-		}
-		res := make([]algorithm.Result, 1)
-		look := &store.Batch{Ops: []store.Op{{Key: h.key, Params: &p, Cost: 0}}}
-		if _, err := s.inner.Apply(ctx, look, res); err != nil {
-			continue // keep the pending hits for the next sync
-		}
-		s.synced.Add(1)
-		// Write back what fits. Another node may take from the key between the look and the
-		// take, and the store admits all of a take or none of it: on a denial, take what the
-		// store says is left, so that only hits beyond the store's capacity stay unrecorded.
-		failed := false
-		for attempt := 0; attempt < 4; attempt++ {
-			take := min(pending, res[0].Remaining)
-			if take <= 0 {
-				break
-			}
-			b := &store.Batch{Ops: []store.Op{{Key: h.key, Params: &p, Cost: take}}}
-			if _, err := s.inner.Apply(ctx, b, res); err != nil {
-				failed = true
-				break
-			}
-			s.synced.Add(1)
-			if res[0].Allowed {
-				break
-			}
-		}
-		if failed {
+	}
+	if len(ready) == 0 {
+		return
+	}
+	look := &store.Batch{Ops: make([]store.Op, len(ready))}
+	for i, h := range ready {
+		look.Ops[i] = store.Op{Key: h.key, Params: &params[i]}
+	}
+	seen := make([]algorithm.Result, len(ready))
+	if _, err := s.inner.Apply(ctx, look, seen); err != nil {
+		return // keep the pending hits for the next sync
+	}
+	s.synced.Add(1)
+	for i, h := range ready {
+		res := []algorithm.Result{seen[i]}
+		if !s.writeBack(ctx, h, &params[i], pendings[i], res) {
 			continue
 		}
 		h.mu.Lock()
-		if h.params != p {
-			h.mu.Unlock()
-			continue // the limit changed under the sync; the next one starts over
+		if h.params == params[i] {
+			h.pending -= pendings[i]
+			h.ready = true
+			h.remaining = res[0].Remaining
+			h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
+			if h.remaining == 0 && h.retry == 0 {
+				h.retry = res[0].ResetAfter
+			}
+			h.cap = max(1, int64(math.Floor(s.o.Overage*float64(params[i].Capacity())/float64(s.o.Nodes))))
+			h.syncEvery = s.o.SyncEvery.Microseconds()
 		}
-		h.pending -= pending
-		h.ready = true
-		h.remaining = res[0].Remaining
-		h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
-		if h.remaining == 0 && h.retry == 0 {
-			h.retry = res[0].ResetAfter
-		}
-		h.cap = max(1, int64(math.Floor(s.o.Overage*float64(p.Capacity())/float64(s.o.Nodes))))
-		h.syncEvery = s.o.SyncEvery.Microseconds()
 		h.mu.Unlock()
 	}
+}
+
+// writeBack consumes what fits of pending hits, res[0] holding the key's last look. Another
+// node may take from the key between the look and the take, and the store admits all of a take
+// or none of it: on a denial it takes what the store says is left, so that only hits beyond the
+// store's capacity stay unrecorded. It reports false when the store failed.
+func (s *Store) writeBack(ctx context.Context, h *hotKey, p *algorithm.Params, pending int64, res []algorithm.Result) bool {
+	for attempt := 0; attempt < 4; attempt++ {
+		take := min(pending, res[0].Remaining)
+		if take <= 0 {
+			return true
+		}
+		b := &store.Batch{Ops: []store.Op{{Key: h.key, Params: p, Cost: take}}}
+		if _, err := s.inner.Apply(ctx, b, res); err != nil {
+			return false
+		}
+		s.synced.Add(1)
+		if res[0].Allowed {
+			return true
+		}
+	}
+	return true
 }
 
 // Promote makes k hot with params at once, for tests and for keys an operator knows are hot.

@@ -66,6 +66,22 @@ func BenchmarkCheck(b *testing.B) {
 				}
 			}
 		})
+		// The same 1k-key traffic on one goroutine: the baseline for the parallel figure, which
+		// misses the cache the way a single warm key does not.
+		b.Run(c.name+"/serial-1k-keys", func(b *testing.B) {
+			l := limiter(b, c.yml)
+			reqs := make([]sluice.Request, 1000)
+			for i := range reqs {
+				reqs[i] = sluice.Request{Tenant: "t0", User: fmt.Sprint("u", i), Endpoint: "/api/items", Method: "GET"}
+			}
+			var d sluice.Decision
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l.Check(context.Background(), &reqs[i%len(reqs)], &d)
+				i++
+			}
+		})
 		b.Run(c.name+"/parallel-1k-keys", func(b *testing.B) {
 			l := limiter(b, c.yml)
 			var next atomic.Int64

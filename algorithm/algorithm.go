@@ -171,7 +171,7 @@ func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
 	inc := cost * p.scale
 	switch {
 	case r.Reason != ReasonNone:
-	case inc <= avail:
+	case inc <= avail || cost == 0: // a look is always allowed, even over a lowered limit
 		r.Allowed = true
 		avail -= inc
 	default:
@@ -309,7 +309,7 @@ func (p *Params) fixedWindow(s *State, now, cost int64) Result {
 	switch {
 	case cost > p.Limit:
 		r.Reason = ReasonCostExceedsCapacity
-	case count+cost <= p.Limit:
+	case count+cost <= p.Limit || cost == 0:
 		r.Allowed = true
 		count += cost
 	default:
@@ -342,7 +342,7 @@ func (p *Params) slidingCounter(s *State, now, cost int64) Result {
 	switch {
 	case cost > p.Limit:
 		r.Reason = ReasonCostExceedsCapacity
-	case estimate+cost*pt <= bound:
+	case estimate+cost*pt <= bound || cost == 0:
 		r.Allowed = true
 		estimate += cost * pt
 		current += cost
@@ -381,7 +381,7 @@ func (p *Params) slidingLog(s *State, now, cost int64) Result {
 	switch {
 	case cost > p.Limit:
 		r.Reason = ReasonCostExceedsCapacity
-	case sum+cost <= p.Limit:
+	case sum+cost <= p.Limit || cost == 0:
 		r.Allowed = true
 		sum += cost
 	default:

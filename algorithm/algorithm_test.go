@@ -279,3 +279,19 @@ func TestUndoRestoresLog(t *testing.T) {
 		}
 	}
 }
+
+// TestLookIsAlwaysAllowed: a cost-0 look over a limit lowered below what was used is allowed,
+// in every algorithm (the token bucket keeps its one token left; the others are spent).
+func TestLookIsAlwaysAllowed(t *testing.T) {
+	t.Parallel()
+	for _, k := range Kinds {
+		var s State
+		high := mustParams(t, k, 10, 10, time.Second)
+		Decide(&high, &s, base, 9)
+		Commit(&high, &s, base, 9)
+		low := mustParams(t, k, 2, 2, time.Second)
+		if r := Decide(&low, &s, base, 0); !r.Allowed || r.Remaining > 1 {
+			t.Errorf("%s: look over a lowered limit: %+v", k, r)
+		}
+	}
+}

@@ -381,3 +381,28 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestAPIKeysAreHashed: no credential appears in a bucket key, and different keys stay apart.
+func TestAPIKeysAreHashed(t *testing.T) {
+	t.Parallel()
+	s := mustCompile(t, `
+rules:
+  - {name: k, key: [api_key], limit: 1, period: 1s}
+  - {name: i, key: [identity], limit: 1, period: 1s}
+`)
+	var sc Scratch
+	a := s.Resolve(&Request{APIKey: "sk_live_secret_1"}, now, &sc)
+	k1, i1 := string(a[0].Key), string(a[1].Key)
+	b := s.Resolve(&Request{APIKey: "sk_live_secret_2"}, now, &sc)
+	for _, k := range []string{k1, i1} {
+		if strings.Contains(k, "secret") {
+			t.Errorf("key %q holds the API key", k)
+		}
+	}
+	if k1 == string(b[0].Key) || i1 == string(b[1].Key) {
+		t.Error("two API keys share a bucket")
+	}
+	if got := s.Resolve(&Request{User: "sk_live_secret_1"}, now, &sc)[1].Key; string(got) == i1 {
+		t.Error("a user named like an API key shares its identity bucket")
+	}
+}

@@ -171,14 +171,17 @@ func (c *CompiledRule) appendKey(dst []byte, r *Request) []byte {
 		dst = key.AppendTag(dst, kind, v)
 	}
 	for _, a := range c.key {
-		if a.kind == attrIdentity {
+		switch a.kind {
+		case attrIdentity:
 			// The kind is part of the value: user "x" and api key "x" are different callers.
 			kind, v := r.Identity()
 			dst = append(dst, ':', identityByte(kind), '=')
-			dst = key.AppendPart(dst, v)
-			continue
+			dst = key.AppendIdentity(dst, kind, v)
+		case attrAPIKey:
+			dst = key.AppendIdentity(append(dst, ':'), 'a', r.APIKey)
+		default:
+			dst = key.AppendValue(dst, a.value(r))
 		}
-		dst = key.AppendValue(dst, a.value(r))
 	}
 	return dst
 }

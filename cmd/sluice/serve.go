@@ -175,7 +175,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
-	admin := overload.NewAdmin(sluice.New(memory.New(), mustPolicy(overload.AdminPolicy)))
+	adminLim := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
+	defer adminLim.Close()
+	admin := overload.NewAdmin(adminLim)
 	var handler http.Handler = gate.HTTP(admin.HTTP(api))
 	if c.pprof {
 		mux := http.NewServeMux()

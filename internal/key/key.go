@@ -3,8 +3,7 @@
 // and with the Redis hash tag (the caller's identity) in braces that no value can forge.
 //
 // Layout: sl:<rule>:<version>[:{<tag>}]:<part>:<part>...
-// Keys reach the store in plain text; where identifiers are secret, hash them before they
-// become attributes.
+// API keys are hashed (AppendSecret); other values reach the store in plain text.
 package key
 
 import (
@@ -56,6 +55,23 @@ func AppendPart(dst []byte, v string) []byte {
 	return dst
 }
 
+// AppendSecret appends v hashed, always: '#' and the hex of 128 bits of its SHA-256. API keys
+// go through it so that no credential appears in a Redis key name (SCAN, MONITOR, SLOWLOG) or
+// in a snapshot. SHA-256 rather than a faster hash because clients choose their keys, and a
+// collision would merge two callers' buckets.
+func AppendSecret(dst []byte, v string) []byte {
+	var sum [32]byte
+	if len(v) <= 256 {
+		var buf [256]byte // hashing from the stack keeps the hot path free of allocation
+		n := copy(buf[:], v)
+		sum = sha256.Sum256(buf[:n])
+	} else {
+		sum = sha256.Sum256([]byte(v))
+	}
+	dst = append(dst, '#')
+	return hex.AppendEncode(dst, sum[:16])
+}
+
 // AppendHead appends the part of a key that names the rule: the prefix, the rule's id and its
 // version.
 func AppendHead(dst []byte, rule, version string) []byte {
@@ -70,8 +86,16 @@ func AppendHead(dst []byte, rule, version string) []byte {
 // Redis hash slot.
 func AppendTag(dst []byte, kind byte, identity string) []byte {
 	dst = append(dst, ':', '{', kind, '=')
-	dst = AppendPart(dst, identity)
+	dst = AppendIdentity(dst, kind, identity)
 	return append(dst, '}')
+}
+
+// AppendIdentity appends an identity's value: an API key ('a') hashed, anything else escaped.
+func AppendIdentity(dst []byte, kind byte, v string) []byte {
+	if kind == 'a' && v != "" {
+		return AppendSecret(dst, v)
+	}
+	return AppendPart(dst, v)
 }
 
 // AppendValue appends one more part, after a separator.

@@ -4,10 +4,11 @@
 // last sync, and the summed hits go back to the store in one batch every sync interval (50 ms),
 // which also reads the shared state back.
 //
-// The price is a bounded overage: a node holds at most Overage (default 5%) of the limit's
-// capacity, divided by the expected number of nodes, admitted but not yet written back, so the
-// fleet admits at most Overage above the exact bound. No node admits beyond what the store last
-// reported as remaining.
+// The price is a bounded overage. Between syncs a node admits at most its share (1/Nodes) of
+// what the store last reported as remaining, and never more than Overage (default 5%) of the
+// limit's capacity divided by Nodes; so the fleet stays within the store's remaining while
+// Nodes is right, and within Overage above the bound if it is not. Below one unit per node the
+// key waits for the next sync, erring toward fewer admissions.
 package hotkey
 
 import (
@@ -59,10 +60,12 @@ type hotKey struct {
 	params    algorithm.Params
 	remaining int64 // what the store reported at the last sync
 	cap       int64 // the most this node may hold admitted but not yet in the store
+	budget    int64 // what this node may admit until the next sync: min(cap, remaining/nodes)
 	pending   int64 // admitted here since the last sync, not yet in the store
 	reset     int64 // reset_after at the last sync, µs
 	retry     int64 // retry_after when the store was spent at the last sync, µs
 	seen      bool  // requested during the last detection interval
+	detached  bool  // no longer in the hot map: its requests go to the store
 	syncEvery int64 // µs
 	ready     bool  // synced at least once with the current params: decisions can be local
 }
@@ -126,16 +129,16 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool
 	if h.params != *p {
 		h.params, h.ready = *p, false
 	}
-	if !h.ready {
+	if !h.ready || h.detached {
 		return algorithm.Result{}, false
 	}
 	r := algorithm.Result{ResetAfter: h.reset}
 	switch {
 	case cost > h.params.Capacity():
 		r.Reason = algorithm.ReasonCostExceedsCapacity
-	case h.pending+cost <= min(h.remaining, h.cap):
-		// Capping what is admitted but not yet in the store is what bounds the overage: at
-		// most cap per node is ever unknown to the store.
+	case h.pending+cost <= h.budget:
+		// Each node spends only its share of what the store last reported, and never more
+		// than cap unknown to the store: that is what bounds the fleet's overage.
 		r.Allowed = true
 		h.pending += cost
 	case h.pending+cost <= h.remaining:
@@ -203,6 +206,7 @@ func (s *Store) detect() {
 		h.mu.Lock()
 		idle := !h.seen && h.pending == 0
 		h.seen = false
+		h.detached = idle // a request that found it just before sends its hits to the store
 		h.mu.Unlock()
 		if idle {
 			delete(s.hot, k)
@@ -264,6 +268,9 @@ func (s *Store) sync(ctx context.Context) {
 				h.retry = res[0].ResetAfter
 			}
 			h.cap = max(1, int64(math.Floor(s.o.Overage*float64(params[i].Capacity())/float64(s.o.Nodes))))
+			// The nodes share what is left: each spending all of it would over-admit by the
+			// number of nodes at every sync of a refilling bucket.
+			h.budget = min(h.cap, h.remaining/int64(s.o.Nodes))
 			h.syncEvery = s.o.SyncEvery.Microseconds()
 		}
 		h.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
 
@@ -136,5 +137,48 @@ func TestSpaceSaving(t *testing.T) {
 	}
 	if got := s.drain(1); len(got) != 0 {
 		t.Fatalf("drain did not start a new interval: %v", got)
+	}
+}
+
+// TestRefillingBucketStaysInBounds is the reviewer's case: 4 nodes on one token bucket that
+// refills 100/s with a burst of 1000, each node asking 5 times a millisecond and syncing every
+// 50 ms, staggered. Every node spending the same refill would over-admit by 43% and more; the
+// shares keep the fleet within 5% of the exact bound.
+func TestRefillingBucketStaysInBounds(t *testing.T) {
+	t.Parallel()
+	now := int64(1_700_000_000_000_000)
+	shared := memory.New(memory.WithClock(func() int64 { return now }), memory.WithSweepInterval(0))
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 100, 1000, time.Second)
+	const nodes = 4
+	var hs [nodes]*Store
+	for i := range hs {
+		hs[i] = New(shared, Options{Nodes: nodes, SyncEvery: time.Hour, Detect: time.Hour})
+		hs[i].Promote([]byte("k"), p)
+	}
+	admitted := int64(0)
+	res := make([]algorithm.Result, 1)
+	const seconds = 20
+	for ms := range seconds * 1000 {
+		now += 1000
+		for i := range hs {
+			for range 5 {
+				b := &store.Batch{Ops: []store.Op{{Key: []byte("k"), Params: &p, Cost: 1}}}
+				hs[i].Apply(ctx, b, res)
+				if res[0].Allowed {
+					admitted++
+				}
+			}
+			if (ms+i*12)%50 == 0 {
+				hs[i].sync(ctx)
+			}
+		}
+	}
+	bound := int64(1000 + 100*seconds)
+	t.Logf("admitted %d, exact bound %d (%+.1f%%)", admitted, bound, 100*float64(admitted-bound)/float64(bound))
+	if admitted > bound+bound/20 {
+		t.Errorf("admitted %d, more than 5%% over the bound %d", admitted, bound)
+	}
+	if admitted < bound*80/100 {
+		t.Errorf("admitted %d, far below the bound %d", admitted, bound)
 	}
 }

@@ -276,10 +276,11 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	changed := false
 	for i := range ops {
 		p := &ps[i]
-		// Existing keys take their copy back even when nothing committed: Decide's
-		// normalization is neutral, and a sliding log's pruning already changed the shared
-		// entries, which its sum must follow.
-		if p.alias >= 0 || (!p.dirty && p.e == nil) {
+		// Only what committed is written back, as in the Redis store: a look must not rewrite
+		// state (another tier's parameters would convert it). A sliding log is the exception:
+		// Decide's pruning already changed its shared entries, which its sum must follow.
+		log := p.st.Log != nil && ops[i].Params.Kind == algorithm.SlidingWindowLog
+		if p.alias >= 0 || (!p.dirty && (p.e == nil || !log)) {
 			continue
 		}
 		changed = changed || p.dirty

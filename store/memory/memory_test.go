@@ -335,3 +335,28 @@ func FuzzReadSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// TestLookChangesNothing: looks with another limit's parameters (another tier) must not
+// rewrite a key's state: the reviewer's leaky bucket admitted 46 against a bound of 10.
+func TestLookChangesNothing(t *testing.T) {
+	t.Parallel()
+	for _, k := range []algorithm.Kind{algorithm.TokenBucket, algorithm.GCRA, algorithm.LeakyBucket} {
+		c := newClock()
+		s := newStore(c)
+		p, _ := algorithm.NewParams(k, 10, 10, time.Hour)
+		trial, _ := algorithm.NewParams(k, 10, 1, time.Hour)
+		admitted := 0
+		for range 5 {
+			for range 20 {
+				if apply(t, s, op("k", &p, 1))[0].Allowed {
+					admitted++
+				}
+			}
+			apply(t, s, op("k", &trial, 0))
+		}
+		if admitted != 10 {
+			t.Errorf("%s: admitted %d with looks in between, want 10", k, admitted)
+		}
+		s.Close()
+	}
+}

@@ -200,7 +200,8 @@ func field(info, name string) string {
 func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return rueidis.ClientOption{}, false, fmt.Errorf("--store: %w", err)
+		// url.Parse's error repeats the URL, password and all.
+		return rueidis.ClientOption{}, false, errors.New("--store: not a valid URL")
 	}
 	q := u.Query()
 	var opt rueidis.ClientOption
@@ -211,7 +212,7 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 		clean := *u
 		clean.RawQuery = ""
 		if opt, err = rueidis.ParseURL(clean.String()); err != nil {
-			return opt, false, fmt.Errorf("--store: %w", err)
+			return opt, false, fmt.Errorf("--store %s: %v", redact(raw), strings.ReplaceAll(err.Error(), clean.String(), redact(clean.String())))
 		}
 	case "redis-sentinel", "redis-cluster":
 		opt.InitAddress = strings.Split(u.Host, ",")
@@ -356,14 +357,22 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	replies := s.run(ctx, batchScript, batchFunction, execs)
 	replayed, denied := false, false
 	nows := make([]int64, len(groups))
+	var failure error
+	answered := make([]bool, len(groups))
 	for gi, reply := range replies {
 		vals, err := reply.AsIntSlice()
 		if err != nil {
-			return false, fmt.Errorf("%w: redis: %v", store.ErrUnavailable, err)
+			// %w twice: a caller's own cancellation must stay visible (the breaker does not
+			// count it against the store).
+			failure = fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
+			continue
 		}
+		answered[gi] = true
 		g := &groups[gi]
 		if len(vals) < 2 || (vals[0] == 0 && len(vals) != 2+6*len(g.ops)) {
-			return false, fmt.Errorf("%w: redis: script answered %d values for %d ops", store.ErrUnavailable, len(vals), len(g.ops))
+			failure = fmt.Errorf("%w: redis: script answered %d values for %d ops", store.ErrUnavailable, len(vals), len(g.ops))
+			answered[gi] = false
+			continue
 		}
 		replayed = replayed || vals[0] == 1
 		nows[gi] = vals[1]
@@ -384,10 +393,25 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 			}
 		}
 	}
-	if denied && len(groups) > 1 && !replayed {
-		if err := s.refund(ctx, b, groups, nows, results); err != nil {
-			return false, err
+	if failure != nil {
+		// Some slots decided and may have consumed: give it back, as for a denial, then let
+		// the caller decide by on_store_error.
+		for gi := range groups {
+			if !answered[gi] {
+				for _, i := range groups[gi].ops {
+					results[i] = algorithm.Result{} // nothing to give back there
+				}
+			}
 		}
+		if len(groups) > 1 && !replayed {
+			s.refund(ctx, b, groups, nows, results, answered)
+		}
+		return false, failure
+	}
+	if denied && len(groups) > 1 && !replayed {
+		// A failed refund leaves the others' units consumed (quota lost, never double
+		// granted); the request is denied all the same.
+		s.refund(ctx, b, groups, nows, results, answered)
 	}
 	return replayed, nil
 }
@@ -513,12 +537,12 @@ func (s *Store) appendParams(args []string, p *algorithm.Params, cost int64, sha
 }
 
 // refund gives back what the groups that allowed consumed, when another group denied.
-func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result) error {
-	// A group that denied rolled itself back inside its script: only groups that committed
-	// have anything to give back.
+func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, answered []bool) error {
+	// A group that denied rolled itself back inside its script, and one that did not answer
+	// is unknown: only groups that committed have anything to give back.
 	committed := make([]bool, len(groups))
 	for gi := range groups {
-		committed[gi] = true
+		committed[gi] = answered[gi]
 		for _, i := range groups[gi].ops {
 			if !results[i].Allowed && !b.Ops[i].Shadow {
 				committed[gi] = false
@@ -545,7 +569,7 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 	for gi, r := range s.run(ctx, refundScript, refundFunction, execs) {
 		vals, err := r.AsIntSlice()
 		if err != nil {
-			return fmt.Errorf("%w: redis refund: %v", store.ErrUnavailable, err)
+			return fmt.Errorf("%w: redis refund: %w", store.ErrUnavailable, err)
 		}
 		for j, i := range groups[gi].ops {
 			if results[i].Allowed && b.Ops[i].Cost > 0 && committed[gi] && len(vals) >= 2*(j+1) {
@@ -567,7 +591,7 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	}
 	for _, r := range s.client.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
-			return fmt.Errorf("%w: redis reset: %v", store.ErrUnavailable, err)
+			return fmt.Errorf("%w: redis reset: %w", store.ErrUnavailable, err)
 		}
 	}
 	return nil

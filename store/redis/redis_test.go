@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -265,6 +266,7 @@ func TestStartupErrors(t *testing.T) {
 		{"mysql://x", "unsupported scheme"},
 		{"redis-sentinel://127.0.0.1:1", "master name"},
 		{"redis://:secret@127.0.0.1:1", "xxxxx"},
+		{"redis://user:secret@host:12a3/0", "not a valid URL"},
 		{"redis://127.0.0.1:1?read_timeout=soon", "read_timeout"},
 		{"redis://127.0.0.1:1?pool_size=-3", "pool_size"},
 		{"redis://127.0.0.1:1?dial_timeout=x", "dial_timeout"},
@@ -301,5 +303,20 @@ func TestSentinel(t *testing.T) {
 	// The state is on the master Sentinel named.
 	if v, err := master.Do("GET", redisKey(k)); err != nil || !strings.HasSuffix(v, ":3:0") {
 		t.Fatalf("master holds %q (%v), want the count 3", v, err)
+	}
+}
+
+// TestCancellationIsNotAStoreFailure: a caller that gives up gets an error that still says so,
+// which the circuit breaker does not count against the store.
+func TestCancellationIsNotAStoreFailure(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st := connect(t, "redis://"+srv.Addr, newClock())
+	p, _ := algorithm.NewParams(algorithm.GCRA, 5, 0, time.Second)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := st.Apply(cancelled, &store.Batch{Ops: []store.Op{{Key: []byte("sl:c:1:x"), Params: &p, Cost: 1}}}, make([]algorithm.Result, 1))
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err %v: want both context.Canceled and store.ErrUnavailable", err)
 	}
 }

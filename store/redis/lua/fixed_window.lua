@@ -9,7 +9,7 @@ algorithms[FIXED_WINDOW] = {
     local count = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY
-    elseif count + cost <= p.limit then
+    elseif count + cost <= p.limit or cost == 0 then
       r.allowed = true
       count = count + cost
     else

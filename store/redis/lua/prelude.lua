@@ -49,7 +49,7 @@ local function bucket_result(p, avail, cost, now_t, now)
   end
   local inc = cost * p.scale
   if r.reason ~= REASON_NONE then
-  elseif inc <= avail then
+  elseif inc <= avail or cost == 0 then -- a look is always allowed, even over a lowered limit
     r.allowed = true
     avail = avail - inc
   else

@@ -25,8 +25,10 @@ local function refund(KEYS, ARGV)
       elseif p.kind == LEAKY_BUCKET and s.w == fingerprint(p) then
         s.v = imax(0, s.v - inc)
       elseif p.kind == GCRA and s.w == fingerprint(p) then
-        local total = imax(ticks(p, now) * p.rate, s.t * p.rate + s.v - inc)
-        s.t, s.v = idiv(total, p.rate), imod(total, p.rate)
+        -- Relative to now, so no product leaves the exact range of a double.
+        local now_t = ticks(p, now)
+        local debt = imax(0, gcra_debt(p, s, now_t) - inc)
+        s.t, s.v = now_t + idiv(debt, p.rate), imod(debt, p.rate)
       elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
         s.v = imax(0, s.v - cost)
       elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then

@@ -17,7 +17,7 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     local current = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY
-    elseif estimate + cost * pt <= bound then
+    elseif estimate + cost * pt <= bound or cost == 0 then
       r.allowed = true
       estimate = estimate + cost * pt
       current = current + cost

@@ -14,7 +14,7 @@ algorithms[SLIDING_WINDOW_LOG] = {
     local sum = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY
-    elseif sum + cost <= p.limit then
+    elseif sum + cost <= p.limit or cost == 0 then
       r.allowed = true
       sum = sum + cost
     else

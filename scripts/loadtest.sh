@@ -36,7 +36,7 @@ stop $pid
 if [ "${REDIS:-1}" = 1 ] && command -v redis-server >/dev/null; then
   redis-server --port 18379 --bind 127.0.0.1 --save "" --appendonly no --dir "$BIN" --logfile "$BIN/redis.log" & rpid=$!
   wait_port 18379
-  "$BIN/sluice" serve --config examples/bench --http 127.0.0.1:18080 --grpc 127.0.0.1:18081 --store redis://127.0.0.1:18379 --log-level warn ${SLUICE_FLAGS:-} & pid=$!
+  "$BIN/sluice" serve --config examples/bench --http 127.0.0.1:18080 --grpc 127.0.0.1:18081 --store redis://127.0.0.1:18379 --store-timeout 250ms --log-level warn ${SLUICE_FLAGS:-} & pid=$!
   wait_port 18080; wait_port 18081
   for n in 1 4; do
     redis-cli -p 18379 config resetstat >/dev/null

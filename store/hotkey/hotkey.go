@@ -115,9 +115,28 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 				s.local.Add(1)
 				return false, nil
 			}
+			replayed, err := s.inner.Apply(ctx, b, results)
+			if err == nil {
+				h.learn(op.Params, &results[0])
+			}
+			return replayed, err
 		}
 	}
 	return s.inner.Apply(ctx, b, results)
+}
+
+// learn takes in what the store answered a request this node sent it for a hot key: what is
+// left, and whether it is spent, so that the next requests need not ask again.
+func (h *hotKey) learn(p *algorithm.Params, r *algorithm.Result) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.params != *p || !h.ready {
+		return
+	}
+	h.remaining = min(h.remaining, r.Remaining+h.pending)
+	if !r.Allowed && r.Reason == algorithm.ReasonNone {
+		h.remaining, h.retry = h.pending, max(r.RetryAfter, 1)
+	}
 }
 
 // decide admits cost locally. It reports false, to send the request to the store, until a
@@ -134,8 +153,14 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool
 	}
 	r := algorithm.Result{ResetAfter: h.reset}
 	switch {
+	case cost == 0: // a look is always allowed
+		r.Allowed = true
 	case cost > h.params.Capacity():
 		r.Reason = algorithm.ReasonCostExceedsCapacity
+	case h.budget == 0 && h.pending+cost <= h.remaining:
+		// Less is left than one unit per node: let the store decide this one exactly,
+		// rather than every node waiting for a share that rounds to nothing.
+		return algorithm.Result{}, false
 	case h.pending+cost <= h.budget:
 		// Each node spends only its share of what the store last reported, and never more
 		// than cap unknown to the store: that is what bounds the fleet's overage.

@@ -182,3 +182,30 @@ func TestRefillingBucketStaysInBounds(t *testing.T) {
 		t.Errorf("admitted %d, far below the bound %d", admitted, bound)
 	}
 }
+
+// TestSmallLimitIsNotStarved: a hot key whose limit is below the number of nodes (each node's
+// share rounds to 0) still admits its limit, through the store.
+func TestSmallLimitIsNotStarved(t *testing.T) {
+	t.Parallel()
+	for _, k := range []algorithm.Kind{algorithm.FixedWindow, algorithm.GCRA} {
+		now := int64(1_700_000_000_000_000)
+		shared := memory.New(memory.WithClock(func() int64 { return now }), memory.WithSweepInterval(0))
+		p, _ := algorithm.NewParams(k, 3, 0, time.Hour)
+		h := New(shared, Options{Nodes: 4, SyncEvery: time.Hour, Detect: time.Hour})
+		h.Promote([]byte("k"), p)
+		admitted := 0
+		res := make([]algorithm.Result, 1)
+		for range 100 {
+			now += 2000
+			if _, err := h.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: []byte("k"), Params: &p, Cost: 1}}}, res); err != nil {
+				t.Fatal(err)
+			}
+			if res[0].Allowed {
+				admitted++
+			}
+		}
+		if admitted != 3 {
+			t.Errorf("%s: admitted %d of a limit of 3 on a hot key shared by 4 nodes", k, admitted)
+		}
+	}
+}

@@ -277,10 +277,8 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	for i := range ops {
 		p := &ps[i]
 		// Only what committed is written back, as in the Redis store: a look must not rewrite
-		// state (another tier's parameters would convert it). A sliding log is the exception:
-		// Decide's pruning already changed its shared entries, which its sum must follow.
-		log := p.st.Log != nil && ops[i].Params.Kind == algorithm.SlidingWindowLog
-		if p.alias >= 0 || (!p.dirty && (p.e == nil || !log)) {
+		// state (another tier's parameters would convert it, or prune a log by its period).
+		if p.alias >= 0 || !p.dirty {
 			continue
 		}
 		changed = changed || p.dirty
@@ -291,7 +289,7 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			sh.m[string(ops[i].Key)] = e
 		}
 		e.t, e.v, e.w, e.idleAt = p.st.T, p.st.V, p.st.W, max(e.idleAt, p.idleAt)
-		if p.st.Log != nil && sh.logs[string(ops[i].Key)] != p.st.Log {
+		if p.st.Log != nil {
 			sh.logs[string(ops[i].Key)] = p.st.Log
 		}
 	}
@@ -320,7 +318,13 @@ func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 		ps[i].st = algorithm.State{T: e.t, V: e.v, W: e.w}
 	}
 	if ops[i].Params.Kind == algorithm.SlidingWindowLog {
-		ps[i].st.Log = sh.logs[string(ops[i].Key)]
+		if log := sh.logs[string(ops[i].Key)]; log != nil {
+			// The working copy gets its own header: Decide prunes by reslicing it, which must
+			// not reach the stored log unless the batch commits. (Commit's in-place merge into
+			// the last entry is undone by Undo when a sibling denies.)
+			cp := *log
+			ps[i].st.Log = &cp
+		}
 	}
 }
 

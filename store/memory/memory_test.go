@@ -360,3 +360,23 @@ func TestLookChangesNothing(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestLogSurvivesAShorterTier: a look or a denial under a tier with a shorter period must not
+// prune a sliding log's entries that the longer period still counts (as in Redis, which saves
+// only what commits).
+func TestLogSurvivesAShorterTier(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	long, _ := algorithm.NewParams(algorithm.SlidingWindowLog, 5, 0, time.Second)
+	short, _ := algorithm.NewParams(algorithm.SlidingWindowLog, 1, 0, 100*time.Millisecond)
+	apply(t, s, op("k", &long, 3))
+	c.Add(200 * time.Millisecond)
+	apply(t, s, op("k", &short, 0)) // a look
+	apply(t, s, op("k", &short, 5)) // a denial (cost over capacity)
+	c.Add(100 * time.Millisecond)
+	if r := apply(t, s, op("k", &long, 3))[0]; r.Allowed {
+		t.Fatalf("6 admitted within 1 s against a limit of 5: %+v", r)
+	}
+}

@@ -394,8 +394,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		}
 	}
 	if failure != nil {
-		// Some slots decided and may have consumed: give it back, as for a denial, then let
-		// the caller decide by on_store_error.
+		// Some slots decided and may have consumed: give it back, as for a denial.
 		for gi := range groups {
 			if !answered[gi] {
 				for _, i := range groups[gi].ops {
@@ -406,7 +405,19 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		if len(groups) > 1 && !replayed {
 			s.refund(ctx, b, groups, nows, results, answered)
 		}
-		return false, failure
+		if !denied {
+			return false, failure // undecided: the caller follows on_store_error
+		}
+		// A slot that answered denied: the request is denied whatever the others would have
+		// said. Their limits report as untouched rather than as denials.
+		for gi := range groups {
+			if !answered[gi] {
+				for _, i := range groups[gi].ops {
+					results[i] = algorithm.Result{Allowed: true}
+				}
+			}
+		}
+		return false, nil
 	}
 	if denied && len(groups) > 1 && !replayed {
 		// A failed refund leaves the others' units consumed (quota lost, never double
@@ -436,13 +447,25 @@ func (s *Store) run(ctx context.Context, script *rueidis.Lua, fn string, execs [
 	} else {
 		replies = s.client.DoMulti(ctx, cmds...)
 	}
-	for _, r := range replies {
+	// Re-run only the calls that found no library: the others ran, and running them again
+	// would consume twice.
+	var again []int
+	for i, r := range replies {
 		if err := r.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
-			if s.loadLibrary(ctx) == nil {
-				return s.run(ctx, script, fn, execs)
-			}
-			break
+			again = append(again, i)
 		}
+	}
+	if len(again) == 0 || s.loadLibrary(ctx) != nil {
+		return replies
+	}
+	// Built anew: rueidis recycles a command once it has run.
+	retry := make(rueidis.Commands, len(again))
+	for j, i := range again {
+		e := execs[i]
+		retry[j] = s.client.B().Fcall().Function(fn).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	for j, r := range s.client.DoMulti(ctx, retry...) {
+		replies[again[j]] = r
 	}
 	return replies
 }

@@ -320,3 +320,41 @@ func TestCancellationIsNotAStoreFailure(t *testing.T) {
 		t.Fatalf("err %v: want both context.Canceled and store.ErrUnavailable", err)
 	}
 }
+
+// TestLibraryLostOnOneNode flushes the function library on one Cluster node: the next request,
+// whose limits span slots, reloads it and re-runs only that node's call, so the other slots
+// consume once.
+func TestLibraryLostOnOneNode(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	c := newClock()
+	st := connect(t, "redis-cluster://"+strings.Join(cl.Addrs, ","), c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 10, 0, time.Hour)
+	a, b := key.AppendHead(nil, "lost-a", "1"), key.AppendHead(nil, "lost-b", "1")
+	if Slot(a) == Slot(b) {
+		t.Fatal("test keys share a slot")
+	}
+	batch := &store.Batch{Ops: []store.Op{{Key: a, Params: &p, Cost: 1}, {Key: b, Params: &p, Cost: 1}}}
+	res := make([]algorithm.Result, 2)
+	if _, err := st.Apply(ctx, batch, res); err != nil {
+		t.Fatal(err)
+	}
+	// Flush the library on the node that owns b (the others answer MOVED to a write of b).
+	for _, n := range cl.Nodes {
+		if _, err := n.Do("SET", redisKey(b)+":probe", "1"); err == nil {
+			if _, err := n.Do("FUNCTION", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if _, err := st.Apply(ctx, batch, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != 8 || res[1].Remaining != 8 {
+		t.Fatalf("after the reload: remaining %d and %d, want 8 and 8 (each slot consumed once)", res[0].Remaining, res[1].Remaining)
+	}
+}

@@ -188,44 +188,36 @@ func (m *Metrics) PolicyLoaded(version string, err error) {
 	m.policyInfo.WithLabelValues(version).Set(1)
 }
 
-// counter returns the counter of k from a copy-on-write cache: the hot path reads an immutable
-// map with no lock and no allocation; a new label set copies the map once.
+// counter returns the counter of k, created on first use.
 func (m *Metrics) counter(k checkKey) prometheus.Counter {
-	if c, ok := (*m.counters.Load())[k]; ok {
-		return c
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.counters.Load()
-	if c, ok := old[k]; ok {
-		return c
-	}
-	c := m.checks.WithLabelValues(k.api, k.rule, k.result, k.state, k.mode)
-	next := make(map[checkKey]prometheus.Counter, len(old)+1)
-	for kk, v := range old {
-		next[kk] = v
-	}
-	next[k] = c
-	m.counters.Store(&next)
-	return c
+	return cached(&m.counters, &m.mu, k, func() prometheus.Counter {
+		return m.checks.WithLabelValues(k.api, k.rule, k.result, k.state, k.mode)
+	})
 }
 
 func (m *Metrics) observer(api string) prometheus.Observer {
-	if o, ok := (*m.durations.Load())[api]; ok {
-		return o
+	return cached(&m.durations, &m.mu, api, func() prometheus.Observer { return m.duration.WithLabelValues(api) })
+}
+
+// cached reads k from a copy-on-write map: the hot path reads an immutable map with no lock
+// and no allocation (WithLabelValues would hash the labels and allocate); a new key copies the
+// map once, under mu.
+func cached[K comparable, V any](p *atomic.Pointer[map[K]V], mu *sync.Mutex, k K, create func() V) V {
+	if v, ok := (*p.Load())[k]; ok {
+		return v
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.durations.Load()
-	if o, ok := old[api]; ok {
-		return o
+	mu.Lock()
+	defer mu.Unlock()
+	old := *p.Load()
+	if v, ok := old[k]; ok {
+		return v
 	}
-	o := m.duration.WithLabelValues(api)
-	next := make(map[string]prometheus.Observer, len(old)+1)
-	for k, v := range old {
-		next[k] = v
+	v := create()
+	next := make(map[K]V, len(old)+1)
+	for kk, vv := range old {
+		next[kk] = vv
 	}
-	next[api] = o
-	m.durations.Store(&next)
-	return o
+	next[k] = v
+	p.Store(&next)
+	return v
 }

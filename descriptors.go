@@ -174,7 +174,7 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			overrides++
 		}
 	}
-	d.algo = growResults(d.algo, len(d.ops))
+	d.algo = resize(d.algo, len(d.ops))
 	if _, err := l.store.Apply(ctx, &store.Batch{Ops: d.ops}, d.algo); err != nil {
 		if l.onError != nil {
 			l.onError(err)

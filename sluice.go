@@ -135,23 +135,28 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	if banned {
 		opCost = 0 // a banned request consumes nothing; look, to report the other limits
 	}
+	// Results, ops and their index are filled in place: they are reused buffers, and appending
+	// composite literals of this size would build each one and copy it.
+	d.Results = resize(d.Results, len(limits))
+	d.ops = resize(d.ops, len(limits))
+	d.opLimit = resize(d.opLimit, len(limits))
+	nops := 0
 	for i := range limits {
-		lim := &limits[i]
-		d.Results = append(d.Results, Result{
-			Rule: lim.Rule.Name, Scope: lim.Rule.Scope, Algorithm: lim.Params.Kind,
-			Limit: lim.Spec.Limit, Period: lim.Spec.Period, Shadow: lim.Rule.Shadow,
-		})
+		lim, res := &limits[i], &d.Results[i]
+		res.start(lim)
 		if lim.Banned {
-			res := &d.Results[len(d.Results)-1]
-			res.State, res.RetryAfter = StateHard, lim.BannedUntil.Sub(now)
+			res.State, res.RetryAfter = StateHard, lim.BannedUntil().Sub(now)
 			reason, _, _ := lim.OverrideReason()
 			res.Reason = "banned: " + reason
 			continue
 		}
-		d.ops = append(d.ops, store.Op{Key: lim.Key, Params: lim.Params, Cost: opCost, Shadow: lim.Rule.Shadow})
-		d.opLimit = append(d.opLimit, i)
+		op := &d.ops[nops]
+		op.Key, op.Params, op.Cost, op.Shadow = lim.Key, lim.Params, opCost, lim.Rule.Shadow
+		d.opLimit[nops] = i
+		nops++
 	}
-	d.algo = growResults(d.algo, len(d.ops))
+	d.ops, d.opLimit = d.ops[:nops], d.opLimit[:nops]
+	d.algo = resize(d.algo, nops)
 	d.batch = store.Batch{Ops: d.ops}
 	if r.IdempotencyKey != "" && cost > 0 && !banned {
 		d.idem = appendIdempotencyKey(d.idem[:0], r)
@@ -296,9 +301,11 @@ func (l *Limiter) Close() error {
 	return err
 }
 
-func growResults(s []algorithm.Result, n int) []algorithm.Result {
+// resize returns s with length n, reusing its array when it is big enough; the elements are
+// for the caller to overwrite.
+func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]algorithm.Result, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }

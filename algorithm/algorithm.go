@@ -118,6 +118,28 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 	return now
 }
 
+// Take is Decide followed, when the request is allowed and costs something, by Commit, with
+// the result written to r: what a store does for a limit that no sibling can deny. committed
+// reports whether it consumed.
+func Take(p *Params, s *State, now, cost int64, r *Result) (idleAt int64, committed bool) {
+	if p.Kind == TokenBucket {
+		nowT := p.refill(s, now)
+		*r = p.bucketResult(s.V, cost, nowT, now)
+		if !r.Allowed || cost == 0 {
+			return 0, false
+		}
+		// Commit's idle instant is the end of the refill just reported; an allowed cost leaves
+		// the bucket short by at least one sub-unit, so that end is after now.
+		s.V -= cost * p.scale
+		return now + r.ResetAfter, true
+	}
+	*r = Decide(p, s, now, cost)
+	if !r.Allowed || cost == 0 {
+		return 0, false
+	}
+	return Commit(p, s, now, cost), true
+}
+
 // Undo remembers a State before Commit so that a batch whose sibling limit denies can put it back.
 type Undo struct {
 	state   State
@@ -180,7 +202,10 @@ func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
 	if p.rate > 0 {
 		r.ResetAfter = p.after(nowT, ceilDiv(p.capacity-avail, p.rate), now)
 	}
-	r.Remaining = max(0, avail) / p.scale
+	r.Remaining = max(0, avail)
+	if p.scale != 1 {
+		r.Remaining /= p.scale
+	}
 	return r
 }
 

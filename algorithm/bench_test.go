@@ -23,3 +23,21 @@ func BenchmarkDecideCommit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTake is BenchmarkDecideCommit through Take, the fused path a store uses for a
+// request with one limit.
+func BenchmarkTake(b *testing.B) {
+	for _, k := range Kinds {
+		b.Run(k.String(), func(b *testing.B) {
+			p := mustParams(b, k, 1_000_000_000, 0, time.Second)
+			var s State
+			now := base
+			b.ReportAllocs()
+			var r Result
+			for b.Loop() {
+				now += 1000
+				Take(&p, &s, now, 1, &r)
+			}
+		})
+	}
+}

@@ -174,8 +174,15 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// ceilDiv is ⌈a/b⌉ for a >= 0, b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+// ceilDiv is ⌈a/b⌉ for a >= 0, b > 0. A rate of one sub-unit per tick is common (any limit
+// that divides its period in ticks, such as 100 per minute), and skipping the division for it
+// is measurable on the hot path.
+func ceilDiv(a, b int64) int64 {
+	if b == 1 {
+		return a
+	}
+	return (a + b - 1) / b
+}
 
 // Derived returns the integers the algorithm runs on, for stores that run it elsewhere (the
 // Redis scripts): the tick in µs and its exponent, the period in ticks, and for the bucket

@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -195,4 +196,37 @@ func TestSlidingCounterError(t *testing.T) {
 	if share > 0.10 || worstExcess > 0.20 {
 		t.Errorf("sliding window counter strays too far: %.3f%% decisions differ, excess %.1f%%", 100*share, 100*worstExcess)
 	}
+}
+
+// TestTakeIsDecideThenCommit checks the fused path against the two steps it replaces: the same
+// results, the same state and the same idle instant, for every algorithm on random traffic.
+func TestTakeIsDecideThenCommit(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, k := range Kinds {
+		for trial := range 100 {
+			p := randomParams(t, rng, k)
+			var fused, stepwise State
+			for i, r := range traffic(rng, p, 200) {
+				var got Result
+				idle, committed := Take(&p, &fused, r.at, r.cost, &got)
+				want := Decide(&p, &stepwise, r.at, r.cost)
+				wantIdle, wantCommitted := int64(0), want.Allowed && r.cost > 0
+				if wantCommitted {
+					wantIdle = Commit(&p, &stepwise, r.at, r.cost)
+				}
+				if got != want || idle != wantIdle || committed != wantCommitted || !sameState(fused, stepwise) {
+					t.Fatalf("%s trial %d (%d per %dµs, burst %d) request %d %+v:\n Take          %+v idle %d committed %v state %+v\n Decide+Commit %+v idle %d committed %v state %+v",
+						k, trial, p.Limit, p.Period, p.Burst, i, r, got, idle, committed, fused, want, wantIdle, wantCommitted, stepwise)
+				}
+			}
+		}
+	}
+}
+
+func sameState(a, b State) bool {
+	if a.T != b.T || a.V != b.V || a.W != b.W || (a.Log == nil) != (b.Log == nil) {
+		return false
+	}
+	return a.Log == nil || slices.Equal(a.Log.Entries, b.Log.Entries)
 }

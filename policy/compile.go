@@ -56,6 +56,9 @@ type CompiledRule struct {
 	head   []byte // sl:<name>:<version>
 	key    []attr
 	tagged bool // the key holds an identity, which becomes the Redis hash tag
+	// tagOnly is the index in key of the one identity attribute, which then is the tag; -1
+	// when there are several and each request picks the most specific.
+	tagOnly int
 	match  []filter
 	base   Spec
 	tiers  map[string]*Spec
@@ -256,6 +259,10 @@ func compileRule(r *Rule, order int) (*CompiledRule, error) {
 		c.key = append(c.key, a)
 		scope = append(scope, k)
 		if a.kind == attrUser || a.kind == attrAPIKey || a.kind == attrIP || a.kind == attrIdentity {
+			c.tagOnly = -1
+			if !c.tagged {
+				c.tagOnly = len(c.key) - 1
+			}
 			c.tagged = true
 		}
 	}

@@ -195,6 +195,8 @@ type ruleIndex struct {
 	exact  [numIndexed]map[string][]int32
 	prefix *trieNode
 	always []int32
+	// indexed lists the kinds that have an exact map, so a lookup skips the others.
+	indexed []attrKind
 }
 
 type trieNode struct {
@@ -241,6 +243,7 @@ func (ix *ruleIndex) file(r *CompiledRule, n int32) bool {
 		}
 		if ix.exact[kind] == nil {
 			ix.exact[kind] = map[string][]int32{}
+			ix.indexed = append(ix.indexed, kind)
 		}
 		ix.exact[kind][v] = append(ix.exact[kind][v], n)
 		return true
@@ -273,11 +276,8 @@ func (ix *ruleIndex) node(lit string) *trieNode {
 // candidates appends the rules that may match r, in no particular order.
 func (ix *ruleIndex) candidates(r *Request, out []int32) []int32 {
 	out = append(out, ix.always...)
-	for kind := attrKind(0); kind < numIndexed; kind++ {
+	for _, kind := range ix.indexed {
 		m := ix.exact[kind]
-		if m == nil {
-			continue
-		}
 		v := attr{kind: kind}.value(r)
 		if kind == attrMethod {
 			v = upperASCII(v)

@@ -165,7 +165,7 @@ overrides:
 	}
 	// The ban names rule "other": it bans that rule only.
 	ls := s.Resolve(&Request{Tenant: "acme", User: "john", Endpoint: "/e"}, now, &sc)
-	if ls[0].Banned || !ls[1].Banned || ls[1].BannedUntil.Year() != 2027 {
+	if ls[0].Banned || !ls[1].Banned || ls[1].BannedUntil().Year() != 2027 {
 		t.Errorf("rule-scoped ban: %v %v", ls[0].Banned, ls[1].Banned)
 	}
 }

@@ -18,14 +18,21 @@ type Limit struct {
 	Params *algorithm.Params // effective parameters (after the hard threshold): &Spec.Params
 	Key    []byte
 
-	// Banned is set when an override bans the target: the limit denies until BannedUntil.
-	Banned      bool
-	BannedUntil time.Time
 	// Override is the override that shaped this limit, if any.
 	Override *compiledOverride
+	// Banned is set when an override bans the target: the limit denies until BannedUntil.
+	Banned bool
 
-	keyStart, keyEnd int
-	specIndex        int // index+1 in Scratch.specs of an override's spec; 0 for none
+	keyStart, keyEnd int32
+	specIndex        int32 // index+1 in Scratch.specs of an override's spec; 0 for none
+}
+
+// BannedUntil is when the ban on a Banned limit ends.
+func (l *Limit) BannedUntil() time.Time {
+	if !l.Banned {
+		return time.Time{}
+	}
+	return l.Override.expiresAt
 }
 
 // OverrideReason returns the reason and source of the override that shaped l, if any.
@@ -66,15 +73,21 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		if !rule.matches(r) {
 			continue
 		}
-		sc.Limits = append(sc.Limits, Limit{Rule: rule})
-		l := &sc.Limits[len(sc.Limits)-1]
-		l.Spec = rule.spec(r.Tier)
+		// Filled in place, field by field: a composite literal would be built on the stack and
+		// copied, which stalls on store forwarding and costs a measurable part of a Check.
+		n := len(sc.Limits)
+		if n == cap(sc.Limits) {
+			sc.Limits = slices.Grow(sc.Limits, 1)
+		}
+		sc.Limits = sc.Limits[:n+1]
+		l := &sc.Limits[n]
+		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
+		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
 		if len(s.overrides) > 0 {
 			s.applyOverride(l, r, now, sc)
 		}
-		l.keyStart = len(sc.keys)
 		sc.keys = rule.appendKey(sc.keys, r)
-		l.keyEnd = len(sc.keys)
+		l.keyEnd = int32(len(sc.keys))
 	}
 	// Keys and specs are pointed at only now: appending above may have moved the buffers.
 	for i := range sc.Limits {
@@ -142,7 +155,7 @@ func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratc
 	var limit, burst int64
 	switch o.kind {
 	case overrideBan:
-		l.Banned, l.BannedUntil = true, o.expiresAt
+		l.Banned = true
 		return
 	case overrideMultiplier:
 		limit = int64(math.Floor(float64(base.Limit) * o.value))
@@ -160,7 +173,7 @@ func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratc
 		return
 	}
 	sc.specs = append(sc.specs, spec)
-	l.specIndex = len(sc.specs)
+	l.specIndex = int32(len(sc.specs))
 }
 
 // appendKey appends the bucket key of c for r.
@@ -188,6 +201,18 @@ func (c *CompiledRule) appendKey(dst []byte, r *Request) []byte {
 
 // tag picks the most specific identity among c's key attributes: api_key, then user, then ip.
 func (c *CompiledRule) tag(r *Request) (byte, string) {
+	if c.tagOnly >= 0 {
+		switch a := c.key[c.tagOnly]; a.kind {
+		case attrAPIKey:
+			return 'a', r.APIKey
+		case attrUser:
+			return 'u', r.User
+		case attrIP:
+			return 'i', r.IP
+		}
+		kind, v := r.Identity()
+		return identityByte(kind), v
+	}
 	best, kind, v := 99, byte(0), ""
 	for _, a := range c.key {
 		var k byte

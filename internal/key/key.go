@@ -34,12 +34,22 @@ func escapedLen(v string) int {
 	return n
 }
 
+// needsEscape reports whether v holds a byte that escapes: the OR of every byte's escape
+// letter, with no branch per byte, because most values have none.
+func needsEscape(v string) bool {
+	var seen byte
+	for i := 0; i < len(v); i++ {
+		seen |= escapes[v[i]]
+	}
+	return seen != 0
+}
+
 // AppendPart appends v escaped, or hashed when its escaped form is longer than MaxPart.
 func AppendPart(dst []byte, v string) []byte {
-	n := escapedLen(v)
-	if n == len(v) && n <= MaxPart {
+	if len(v) <= MaxPart && !needsEscape(v) {
 		return append(dst, v...) // the common case: nothing to escape
 	}
+	n := escapedLen(v)
 	if n > MaxPart {
 		sum := sha256.Sum256([]byte(v))
 		dst = append(dst, '#')

@@ -35,3 +35,26 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// BenchmarkApply is the store's share of a Check: one token-bucket op on a warm key, with the
+// store's own clock and with a fixed one, to tell the clock's cost apart.
+func BenchmarkApply(b *testing.B) {
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 1_000_000_000, 0, time.Second)
+	for _, c := range []struct {
+		name string
+		opts []Option
+	}{
+		{"clock", nil},
+		{"fixed-clock", []Option{WithClock(func() int64 { return 1_700_000_000_000_000 })}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := New(append(c.opts, WithSweepInterval(0))...)
+			batch := store.Batch{Ops: []store.Op{{Key: []byte("sl:per-user:1a2b3c4d:{u=u1}:acme:u1"), Params: &p, Cost: 1}}}
+			res := make([]algorithm.Result, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Apply(context.Background(), &batch, res)
+			}
+		})
+	}
+}

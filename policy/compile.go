@@ -59,9 +59,9 @@ type CompiledRule struct {
 	// tagOnly is the index in key of the one identity attribute, which then is the tag; -1
 	// when there are several and each request picks the most specific.
 	tagOnly int
-	match  []filter
-	base   Spec
-	tiers  map[string]*Spec
+	match   []filter
+	base    Spec
+	tiers   map[string]*Spec
 }
 
 // Spec is a limit's nominal numbers and the effective parameters derived from them.

@@ -57,28 +57,35 @@ type Result struct {
 // and reports what consuming cost would give. It consumes nothing: Commit does. A cost of 0
 // looks without consuming and is always allowed.
 func Decide(p *Params, s *State, now, cost int64) Result {
+	var r Result
+	decide(p, s, now, cost, &r)
+	return r
+}
+
+// decide is Decide writing to r, which the hot path passes in place: a Result returned by
+// value is built on the stack and copied, and the copy stalls on store forwarding.
+func decide(p *Params, s *State, now, cost int64, r *Result) {
+	*r = Result{}
 	switch p.Kind {
 	case TokenBucket:
 		nowT := p.refill(s, now)
-		return p.bucketResult(s.V, cost, nowT, now)
+		p.bucketResult(s.V, cost, nowT, now, r)
 	case GCRA:
 		nowT := p.gcraNormalize(s, now)
-		return p.bucketResult(p.capacity-p.gcraDebt(s, nowT), cost, nowT, now)
+		p.bucketResult(p.capacity-p.gcraDebt(s, nowT), cost, nowT, now, r)
 	case LeakyBucket:
 		nowT := p.leak(s, now)
-		r := p.bucketResult(p.capacity-s.V, cost, nowT, now)
+		p.bucketResult(p.capacity-s.V, cost, nowT, now, r)
 		if r.Allowed && cost > 0 && s.V > 0 {
 			r.Delay = p.after(nowT, ceilDiv(s.V, p.rate), now)
 		}
-		return r
 	case FixedWindow:
-		return p.fixedWindow(s, now, cost)
+		p.fixedWindow(s, now, cost, r)
 	case SlidingWindowCounter:
-		return p.slidingCounter(s, now, cost)
+		p.slidingCounter(s, now, cost, r)
 	case SlidingWindowLog:
-		return p.slidingLog(s, now, cost)
+		p.slidingLog(s, now, cost, r)
 	}
-	return Result{}
 }
 
 // Commit consumes cost from s, which Decide brought up to the same now and found allowed. It
@@ -122,20 +129,15 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 // the result written to r: what a store does for a limit that no sibling can deny. committed
 // reports whether it consumed.
 func Take(p *Params, s *State, now, cost int64, r *Result) (idleAt int64, committed bool) {
+	decide(p, s, now, cost, r)
+	if !r.Allowed || cost == 0 {
+		return 0, false
+	}
 	if p.Kind == TokenBucket {
-		nowT := p.refill(s, now)
-		*r = p.bucketResult(s.V, cost, nowT, now)
-		if !r.Allowed || cost == 0 {
-			return 0, false
-		}
 		// Commit's idle instant is the end of the refill just reported; an allowed cost leaves
 		// the bucket short by at least one sub-unit, so that end is after now.
 		s.V -= cost * p.scale
 		return now + r.ResetAfter, true
-	}
-	*r = Decide(p, s, now, cost)
-	if !r.Allowed || cost == 0 {
-		return 0, false
 	}
 	return Commit(p, s, now, cost), true
 }
@@ -184,8 +186,7 @@ func (p *Params) ticksAt(t int64) int64 { return t * p.tick }
 // bucketResult decides a request of cost against avail sub-units of a bucket of capacity
 // p.capacity that refills p.rate sub-units per tick. It is the one decision the three bucket
 // encodings share, which is why they decide identically.
-func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
-	var r Result
+func (p *Params) bucketResult(avail, cost, nowT, now int64, r *Result) {
 	if cost > p.Burst {
 		r.Reason = ReasonCostExceedsCapacity
 		cost = 0 // cost*scale could overflow; nothing is consumed anyway
@@ -206,7 +207,6 @@ func (p *Params) bucketResult(avail, cost, nowT, now int64) Result {
 	if p.scale != 1 {
 		r.Remaining /= p.scale
 	}
-	return r
 }
 
 // convert rewrites bucket state written under another fingerprint (the limit changed) into the
@@ -324,12 +324,11 @@ func (p *Params) gcraDebt(s *State, nowT int64) int64 {
 // Unix epoch.
 func (p *Params) window(now int64) int64 { return now - now%p.Period }
 
-func (p *Params) fixedWindow(s *State, now, cost int64) Result {
+func (p *Params) fixedWindow(s *State, now, cost int64, r *Result) {
 	start := p.window(now)
 	if s.T != start {
 		s.T, s.V = start, 0
 	}
-	var r Result
 	count := s.V
 	switch {
 	case cost > p.Limit:
@@ -344,10 +343,9 @@ func (p *Params) fixedWindow(s *State, now, cost int64) Result {
 	// The window's end, even for an empty window: callers (and Envoy's duration_until_reset)
 	// read it as when the window turns over.
 	r.ResetAfter = start + p.Period - now
-	return r
 }
 
-func (p *Params) slidingCounter(s *State, now, cost int64) Result {
+func (p *Params) slidingCounter(s *State, now, cost int64, r *Result) {
 	start := p.window(now)
 	if s.T != start {
 		if s.T == start-p.Period {
@@ -362,7 +360,6 @@ func (p *Params) slidingCounter(s *State, now, cost int64) Result {
 	e := (now - start) / p.tick
 	estimate := s.W*(pt-e) + s.V*pt
 	bound := p.Limit * pt
-	var r Result
 	current := s.V
 	switch {
 	case cost > p.Limit:
@@ -388,10 +385,9 @@ func (p *Params) slidingCounter(s *State, now, cost int64) Result {
 	case s.W > 0:
 		r.ResetAfter = start + p.Period - now
 	}
-	return r
 }
 
-func (p *Params) slidingLog(s *State, now, cost int64) Result {
+func (p *Params) slidingLog(s *State, now, cost int64, r *Result) {
 	if s.Log != nil {
 		entries := s.Log.Entries
 		i := 0
@@ -401,7 +397,6 @@ func (p *Params) slidingLog(s *State, now, cost int64) Result {
 		}
 		s.Log.Entries = entries[i:]
 	}
-	var r Result
 	sum := s.V
 	switch {
 	case cost > p.Limit:
@@ -425,5 +420,4 @@ func (p *Params) slidingLog(s *State, now, cost int64) Result {
 	case s.Log != nil && len(s.Log.Entries) > 0:
 		r.ResetAfter = s.Log.Entries[len(s.Log.Entries)-1].At + p.Period - now
 	}
-	return r
 }

@@ -62,8 +62,10 @@ func Decide(p *Params, s *State, now, cost int64) Result {
 	return r
 }
 
-// decide is Decide writing to r, which the hot path passes in place: a Result returned by
-// value is built on the stack and copied, and the copy stalls on store forwarding.
+// DecideInto is Decide writing to r, for the hot path: a Result returned by value is built on
+// the stack and copied, and the copy stalls on store forwarding.
+func DecideInto(p *Params, s *State, now, cost int64, r *Result) { decide(p, s, now, cost, r) }
+
 func decide(p *Params, s *State, now, cost int64, r *Result) {
 	*r = Result{}
 	switch p.Kind {

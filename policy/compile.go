@@ -367,6 +367,7 @@ func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, error) {
 type exemptions struct {
 	apiKeys, users, tenants map[string]bool
 	prefixes                []netip.Prefix
+	some                    bool // any exemption at all: most policies have none
 }
 
 func (e *exemptions) add(x *Exemption) error {
@@ -379,6 +380,7 @@ func (e *exemptions) add(x *Exemption) error {
 	if set != 1 {
 		return &FieldError{Field: "api_key", Msg: "an exemption names exactly one of api_key, user, tenant, ip"}
 	}
+	e.some = true
 	put := func(m *map[string]bool, v string) {
 		if *m == nil {
 			*m = map[string]bool{}
@@ -403,6 +405,9 @@ func (e *exemptions) add(x *Exemption) error {
 }
 
 func (e *exemptions) match(r *Request) bool {
+	if !e.some {
+		return false
+	}
 	if (r.APIKey != "" && e.apiKeys[r.APIKey]) || (r.User != "" && e.users[r.User]) || (r.Tenant != "" && e.tenants[r.Tenant]) {
 		return true
 	}

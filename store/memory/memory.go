@@ -241,8 +241,8 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 		op, p := &ops[i], &ps[i]
 		s.lookup(ops, ps, i, now)
 		st := stateOf(ps, i)
-		r := algorithm.Decide(op.Params, st, now, op.Cost)
-		results[i] = r
+		r := &results[i]
+		algorithm.DecideInto(op.Params, st, now, op.Cost, r)
 		if !r.Allowed {
 			allowed = allowed && op.Shadow
 			continue

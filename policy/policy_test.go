@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
 )
 
 var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -401,6 +402,14 @@ rules:
 	}
 	if k1 == string(b[0].Key) || i1 == string(b[1].Key) {
 		t.Error("two API keys share a bucket")
+	}
+	// The hash is made once per request for the tag and every part: each must be the hash
+	// of this request's key, not of the one resolved before in the same Scratch.
+	tag, part := key.AppendTag(nil, 'a', "sk_live_secret_2"), key.AppendSecret(nil, "sk_live_secret_2")
+	for _, l := range b {
+		if k := string(l.Key); !strings.Contains(k, string(tag)) || !strings.HasSuffix(k, string(part)) {
+			t.Errorf("key %q: want tag %q and part %q", k, tag, part)
+		}
 	}
 	if got := s.Resolve(&Request{User: "sk_live_secret_1"}, now, &sc)[1].Key; string(got) == i1 {
 		t.Error("a user named like an API key shares its identity bucket")

@@ -50,6 +50,25 @@ type Scratch struct {
 	keys   []byte
 	cands  []int32
 	specs  []Spec // specs derived by overrides
+	// secret is the request's API key in key form (hashed), made once per Resolve however
+	// many rules key or tag by it: SHA-256 is the dearest step of building keys.
+	secret []byte
+}
+
+// appendIdentity is key.AppendIdentity with the API key's hash computed once per Resolve.
+func (sc *Scratch) appendIdentity(dst []byte, kind byte, v string) []byte {
+	if kind != 'a' || v == "" {
+		return key.AppendIdentity(dst, kind, v)
+	}
+	return append(dst, sc.apiKeyPart(v)...)
+}
+
+// apiKeyPart returns the hashed form of the request's API key v.
+func (sc *Scratch) apiKeyPart(v string) []byte {
+	if len(sc.secret) == 0 {
+		sc.secret = key.AppendSecret(sc.secret, v)
+	}
+	return sc.secret
 }
 
 // Exempt reports whether r comes from an exempt caller: allowed and not counted.
@@ -58,7 +77,7 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 // Resolve finds the limits that apply to r at now (for override expiry) and builds their keys.
 // The result lives in sc and is valid until sc is used again.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
-	sc.Limits, sc.keys, sc.specs = sc.Limits[:0], sc.keys[:0], sc.specs[:0]
+	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])
 	if len(sc.cands) > 1 {
 		slices.Sort(sc.cands)
@@ -86,7 +105,7 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		if len(s.overrides) > 0 {
 			s.applyOverride(l, r, now, sc)
 		}
-		sc.keys = rule.appendKey(sc.keys, r)
+		sc.keys = rule.appendKey(sc.keys, r, sc)
 		l.keyEnd = int32(len(sc.keys))
 	}
 	// Keys and specs are pointed at only now: appending above may have moved the buffers.
@@ -177,21 +196,24 @@ func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratc
 }
 
 // appendKey appends the bucket key of c for r.
-func (c *CompiledRule) appendKey(dst []byte, r *Request) []byte {
+func (c *CompiledRule) appendKey(dst []byte, r *Request, sc *Scratch) []byte {
 	dst = append(dst, c.head...)
 	if c.tagged {
-		kind, v := c.tag(r)
-		dst = key.AppendTag(dst, kind, v)
+		if kind, v := c.tag(r); kind == 'a' && v != "" {
+			dst = key.AppendTagPart(dst, kind, sc.apiKeyPart(v))
+		} else {
+			dst = key.AppendTag(dst, kind, v)
+		}
 	}
-	for _, a := range c.key {
-		switch a.kind {
+	for i := range c.key {
+		switch a := &c.key[i]; a.kind {
 		case attrIdentity:
 			// The kind is part of the value: user "x" and api key "x" are different callers.
 			kind, v := r.Identity()
 			dst = append(dst, ':', identityByte(kind), '=')
-			dst = key.AppendIdentity(dst, kind, v)
+			dst = sc.appendIdentity(dst, kind, v)
 		case attrAPIKey:
-			dst = key.AppendIdentity(append(dst, ':'), 'a', r.APIKey)
+			dst = sc.appendIdentity(append(dst, ':'), 'a', r.APIKey)
 		default:
 			dst = key.AppendValue(dst, a.value(r))
 		}

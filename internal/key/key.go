@@ -100,6 +100,14 @@ func AppendTag(dst []byte, kind byte, identity string) []byte {
 	return append(dst, '}')
 }
 
+// AppendTagPart is AppendTag for an identity already in key form, as AppendIdentity writes
+// it: a caller that needs one API key's hash several times computes it once.
+func AppendTagPart(dst []byte, kind byte, part []byte) []byte {
+	dst = append(dst, ':', '{', kind, '=')
+	dst = append(dst, part...)
+	return append(dst, '}')
+}
+
 // AppendIdentity appends an identity's value: an API key ('a') hashed, anything else escaped.
 func AppendIdentity(dst []byte, kind byte, v string) []byte {
 	if kind == 'a' && v != "" {

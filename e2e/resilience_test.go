@@ -122,7 +122,22 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	redis.Kill()
 	phase.Store(1)
-	time.Sleep(2 * time.Second)
+	// The outage lasts until the local rule has had more calls than both nodes' local limits
+	// together admit (12 users, 5 each per node), so that some user must be denied: a fixed
+	// length would depend on how fast a loaded machine serves.
+	outage := time.Now()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		local := 0
+		for _, n := range seen["1/local"] {
+			local += n
+		}
+		mu.Unlock()
+		if (local > 2*12*5+30 && time.Since(outage) >= 2*time.Second) || time.Since(outage) > 20*time.Second {
+			break
+		}
+	}
 	redis.Restart(t)
 	restarted := time.Now()
 	phase.Store(2)

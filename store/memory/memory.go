@@ -286,16 +286,7 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			continue
 		}
 		changed = changed || p.dirty
-		sh := &s.shards[p.shard]
-		e := p.e
-		if e == nil {
-			e = new(entry)
-			sh.m[string(ops[i].Key)] = e
-		}
-		e.t, e.v, e.w, e.idleAt = p.st.T, p.st.V, p.st.W, max(e.idleAt, p.idleAt)
-		if p.st.Log != nil {
-			sh.logs[string(ops[i].Key)] = p.st.Log
-		}
+		s.shards[p.shard].save(ops[i].Key, p.e, &p.st, p.idleAt)
 	}
 	if changed {
 		s.shards[ps[0].shard].commits++
@@ -308,39 +299,17 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
 	sh := &s.shards[s.shardOf(op.Key)]
 	sh.mu.Lock()
-	e := sh.m[string(op.Key)]
 	var st algorithm.State
-	if e != nil {
-		if e.idleAt <= now {
-			*e = entry{}
-			if len(sh.logs) > 0 {
-				delete(sh.logs, string(op.Key))
-			}
-		}
-		st = algorithm.State{T: e.t, V: e.v, W: e.w}
-	}
-	if op.Params.Kind == algorithm.SlidingWindowLog {
-		if log := sh.logs[string(op.Key)]; log != nil {
-			cp := *log // a look prunes only its own copy (see lookup)
-			st.Log = &cp
-		}
-	}
+	e := sh.load(op.Key, op.Params.Kind, now, &st)
 	if idle, committed := algorithm.Take(op.Params, &st, now, op.Cost, res); committed {
-		if e == nil {
-			e = new(entry)
-			sh.m[string(op.Key)] = e
-		}
-		e.t, e.v, e.w, e.idleAt = st.T, st.V, st.W, max(e.idleAt, idle)
-		if st.Log != nil {
-			sh.logs[string(op.Key)] = st.Log
-		}
+		sh.save(op.Key, e, &st, idle)
 		sh.commits++
 	}
 	sh.mu.Unlock()
 }
 
 // lookup gives op i its working state: an earlier op of the batch on the same key shares its
-// copy; else a copy of the map's entry (fresh when idle) with its log.
+// copy; else a copy of the map's entry.
 func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 	for j := range i {
 		if ps[j].shard == ps[i].shard && bytes.Equal(ops[j].Key, ops[i].Key) {
@@ -348,24 +317,43 @@ func (s *Store) lookup(ops []store.Op, ps []pending, i int, now int64) {
 			return
 		}
 	}
-	sh := &s.shards[ps[i].shard]
-	e := sh.m[string(ops[i].Key)]
-	if e != nil && e.idleAt <= now {
-		*e = entry{} // as good as fresh, and cheaper than a delete and an insert
-		delete(sh.logs, string(ops[i].Key))
-	}
-	ps[i].e = e
+	ps[i].e = s.shards[ps[i].shard].load(ops[i].Key, ops[i].Params.Kind, now, &ps[i].st)
+}
+
+// load returns key's entry (nil while the key is new) and sets st, zero on entry, to a working
+// copy of its state: fresh when idle, with a log of its own header. The stripe is locked.
+func (sh *shard) load(key []byte, kind algorithm.Kind, now int64, st *algorithm.State) *entry {
+	e := sh.m[string(key)]
 	if e != nil {
-		ps[i].st = algorithm.State{T: e.t, V: e.v, W: e.w}
+		if e.idleAt <= now {
+			*e = entry{} // as good as fresh, and cheaper than a delete and an insert
+			if len(sh.logs) > 0 {
+				delete(sh.logs, string(key))
+			}
+		}
+		st.T, st.V, st.W = e.t, e.v, e.w
 	}
-	if ops[i].Params.Kind == algorithm.SlidingWindowLog {
-		if log := sh.logs[string(ops[i].Key)]; log != nil {
+	if kind == algorithm.SlidingWindowLog {
+		if log := sh.logs[string(key)]; log != nil {
 			// The working copy gets its own header: Decide prunes by reslicing it, which must
 			// not reach the stored log unless the batch commits. (Commit's in-place merge into
 			// the last entry is undone by Undo when a sibling denies.)
 			cp := *log
-			ps[i].st.Log = &cp
+			st.Log = &cp
 		}
+	}
+	return e
+}
+
+// save writes back the committed working state st of key, whose entry load returned as e.
+func (sh *shard) save(key []byte, e *entry, st *algorithm.State, idleAt int64) {
+	if e == nil {
+		e = new(entry)
+		sh.m[string(key)] = e
+	}
+	e.t, e.v, e.w, e.idleAt = st.T, st.V, st.W, max(e.idleAt, idleAt)
+	if st.Log != nil {
+		sh.logs[string(key)] = st.Log
 	}
 }
 

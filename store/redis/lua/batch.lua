@@ -10,8 +10,11 @@
 --       per op: its parameters (see parse_params), its cost, shadow (0/1).
 -- Reply: {replayed (0/1), now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
 
-local function batch(KEYS, ARGV)
+-- UNDO_WIDTH is how many values an op's undo record holds (see batch).
+local UNDO_WIDTH = 6
 
+local function batch(KEYS, ARGV)
+  bind_math()
   local now
   if ARGV[1] ~= '' then
     now = tonumber(ARGV[1])
@@ -37,61 +40,70 @@ local function batch(KEYS, ARGV)
     end
   end
 
-  -- Ops on one key share one state, so a later op sees an earlier op's commit.
-  local states = {}
-  local function load(i, kind)
-    local key = KEYS[2 * i - 1]
-    if not states[key] then states[key] = load_state(key, KEYS[2 * i], kind) end
-    return states[key]
-  end
-
-  local ops, results, undo = {}, {}, {}
+  -- Ops on one key share one state, so a later op sees an earlier op's commit. Per op, values
+  -- go in arrays rather than in a table of their own: creating tables is most of a call's cost.
+  local states, params, st, costs, idles, results = {}, {}, {}, {}, {}, {}
+  -- What each commit changed, for a sibling's denial to undo: UNDO_WIDTH values per op in one
+  -- flat array (t, v, w, log length, last entry's cost or false, last_changed). A lone op has
+  -- no sibling to deny it, so it never undoes.
+  local undo = nil
+  if n > 1 then undo = {} end
   local denied = false
   for i = 1, n do
     local b = 3 + (i - 1) * 3
     local p = parse_params(ARGV[b + 1])
-    local cost, shadow = tonumber(ARGV[b + 2]), ARGV[b + 3] == '1'
-    local s = load(i, p.kind)
+    local cost = tonumber(ARGV[b + 2])
+    local key = KEYS[2 * i - 1]
+    local s = states[key]
+    if not s then
+      s = load_state(key, KEYS[2 * i], p.kind)
+      states[key] = s
+    end
     local alg = algorithms[p.kind]
     local r = alg.decide(p, s, now, cost)
-    results[i] = r
-    ops[i] = { p = p, s = s, cost = cost }
+    params[i], st[i], costs[i], results[i] = p, s, cost, r
     if not r.allowed then
-      if not shadow then denied = true end
+      if ARGV[b + 3] ~= '1' then denied = true end
     elseif cost > 0 then
-      local last = nil
-      if #s.log >= s.head then last = s.log[#s.log][2] end
-      undo[i] = { t = s.t, v = s.v, w = s.w, n = #s.log, last = last, last_changed = s.last_changed }
-      ops[i].idle = alg.commit(p, s, now, cost)
+      if undo then
+        local u, last = (i - 1) * UNDO_WIDTH, false
+        if #s.log >= s.head then last = s.log[#s.log][2] end
+        undo[u + 1], undo[u + 2], undo[u + 3] = s.t, s.v, s.w
+        undo[u + 4], undo[u + 5], undo[u + 6] = #s.log, last, s.last_changed or false
+      end
+      idles[i] = alg.commit(p, s, now, cost)
       s.dirty = true
     end
   end
 
   if denied then
     for i = n, 1, -1 do
-      local u = undo[i]
-      if u then
-        local s = ops[i].s
-        s.t, s.v, s.w = u.t, u.v, u.w
-        for j = #s.log, u.n + 1, -1 do s.log[j] = nil end
-        if u.last then s.log[u.n][2] = u.last end
-        s.last_changed, s.dirty = u.last_changed, false
+      local u = (i - 1) * UNDO_WIDTH
+      if undo and undo[u + 1] then
+        local s, len, last = st[i], undo[u + 4], undo[u + 5]
+        s.t, s.v, s.w = undo[u + 1], undo[u + 2], undo[u + 3]
+        for j = #s.log, len + 1, -1 do s.log[j] = nil end
+        if last then s.log[len][2] = last end
+        s.last_changed, s.dirty = undo[u + 6], false
       end
     end
     -- Allowed ops of a denied batch consumed nothing: report what they really have left.
     for i = 1, n do
-      if results[i].allowed and ops[i].cost > 0 then
-        local r = algorithms[ops[i].p.kind].decide(ops[i].p, ops[i].s, now, 0)
+      if results[i].allowed and costs[i] > 0 then
+        local r = algorithms[params[i].kind].decide(params[i], st[i], now, 0)
         results[i].remaining, results[i].reset, results[i].delay = r.remaining, r.reset, 0
       end
     end
   else
     for i = 1, n do
-      if ops[i].idle then ops[i].s.idle = imax(ops[i].s.idle, ops[i].idle) end
+      if idles[i] then st[i].idle = imax(st[i].idle, idles[i]) end
     end
-    -- Write each changed state once. Keys expire when the state is as good as fresh.
-    for _, s in pairs(states) do
+    -- Write each changed state once (ops on one key share it). Keys expire when the state is
+    -- as good as fresh.
+    for i = 1, n do
+      local s = st[i]
       if s.dirty then
+        s.dirty = false
         local expire_ms = fmt(ceil_div(s.idle, 1000))
         save_state(s, expire_ms)
         if s.kind == SLIDING_WINDOW_LOG then
@@ -111,15 +123,9 @@ local function batch(KEYS, ARGV)
 
   local out = { 0, now }
   for i = 1, n do
-    local r = results[i]
-    local allowed = 0
-    if r.allowed then allowed = 1 end
-    out[#out + 1] = allowed
-    out[#out + 1] = r.reason
-    out[#out + 1] = r.remaining
-    out[#out + 1] = r.reset
-    out[#out + 1] = r.retry
-    out[#out + 1] = r.delay
+    local r, o = results[i], 2 + (i - 1) * 6
+    out[o + 1] = r.allowed and 1 or 0
+    out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = r.reason, r.remaining, r.reset, r.retry, r.delay
   end
   if ttl > 0 then
     local rec = {}

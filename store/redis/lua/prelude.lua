@@ -6,13 +6,16 @@
 -- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it.
 -- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
 
--- math is looked up at call time: a Function library may not touch it while it loads.
-local function floor(x) return math.floor(x) end
+-- floor is math.floor, bound by each entry point when it is called (bind_math): a Function
+-- library may not touch math while it loads, and a wrapper looking it up on every use was a
+-- measurable part of a call.
+local floor
+local function bind_math() floor = math.floor end
 local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
 local REASON_NONE, REASON_COST_EXCEEDS_CAPACITY = 0, 1
 
 local function idiv(a, b) return floor(a / b) end
-local function imod(a, b) return a - floor(a / b) * b end
+local function imod(a, b) return a % b end -- Lua's % is a - floor(a/b)*b
 local function ceil_div(a, b) return floor((a + b - 1) / b) end
 local function imax(a, b) if a > b then return a end return b end
 local function imin(a, b) if a < b then return a end return b end
@@ -115,7 +118,7 @@ local function fmt(x) return string.format('%d', x) end
 
 -- save_state writes t:v:w, expiring at expire (ms, a string) or keeping the key's TTL.
 local function save_state(s, expire)
-  local value = fmt(s.t) .. ':' .. fmt(s.v) .. ':' .. fmt(s.w)
+  local value = string.format('%d:%d:%d', s.t, s.v, s.w)
   if expire then
     redis.call('SET', s.key, value, 'PXAT', expire)
   else

@@ -9,6 +9,7 @@
 -- the request reports the same numbers as an all-or-nothing store would.
 
 local function refund(KEYS, ARGV)
+  bind_math()
   local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
   for i = 1, n do
     local b = 2 + (i - 1) * 3

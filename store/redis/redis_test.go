@@ -270,6 +270,7 @@ func TestStartupErrors(t *testing.T) {
 		{"redis://127.0.0.1:1?read_timeout=soon", "read_timeout"},
 		{"redis://127.0.0.1:1?pool_size=-3", "pool_size"},
 		{"redis://127.0.0.1:1?dial_timeout=x", "dial_timeout"},
+		{"redis://127.0.0.1:1?max_flush_delay=-1ms", "max_flush_delay"},
 	}
 	for _, c := range cases {
 		_, err := New(ctx, c.url, WithTimeout(time.Second))
@@ -278,6 +279,27 @@ func TestStartupErrors(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("error leaks the password: %v", err)
+		}
+	}
+}
+
+func TestMaxFlushDelay(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url  string
+		want time.Duration
+	}{
+		{"redis://127.0.0.1:6379", DefaultMaxFlushDelay},
+		{"redis://127.0.0.1:6379?max_flush_delay=0", 0},
+		{"redis://127.0.0.1:6379?max_flush_delay=20us", 20 * time.Microsecond},
+		{"redis-cluster://127.0.0.1:7000,127.0.0.1:7001", DefaultMaxFlushDelay},
+	} {
+		opt, _, err := parseURL(c.url)
+		if err != nil {
+			t.Fatalf("parseURL(%q): %v", c.url, err)
+		}
+		if opt.MaxFlushDelay != c.want {
+			t.Errorf("parseURL(%q): max flush delay %v, want %v", c.url, opt.MaxFlushDelay, c.want)
 		}
 	}
 }

@@ -388,6 +388,28 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestServeRejectsBadFlags checks that serve refuses a bad setting with an error naming the
+// flag, before it listens.
+func TestServeRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ flag, want string }{
+		{"--grpc-workers=0", "--grpc-workers"},
+		{"--grpc-workers=-5", "--grpc-workers"},
+		{"--grpc-workers=100000", "--grpc-workers"},
+		{"--log-format=xml", "--log-format"},
+	} {
+		// A serve that accepted the flag would run until killed: the deadline turns that into
+		// a failure rather than a hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, binary, "serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--data-dir", t.TempDir(), c.flag)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("serve %s: %v, output %q; want a failure naming %s", c.flag, err, out, c.want)
+		}
+	}
+}
+
 func grepLines(s, substr string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {

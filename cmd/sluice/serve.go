@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -54,6 +53,7 @@ type serveConfig struct {
 	maxBody          int64
 	responseHeaders  bool
 	pprof            bool
+	grpcWorkers      int
 	gcPercent        int
 	storeTimeout     time.Duration
 	maxInFlight      int
@@ -62,6 +62,9 @@ type serveConfig struct {
 	hotKeyOverage    float64
 	fleetSize        int
 }
+
+// maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
+const maxGRPCWorkers = 1 << 16
 
 func serveCommand() *cobra.Command {
 	var c serveConfig
@@ -96,6 +99,7 @@ the running one kept.`,
 	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot (SLUICE_HOT_KEY_THRESHOLD)")
 	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
+	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
@@ -122,6 +126,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	slog.SetDefault(log)
+	if c.grpcWorkers < 1 || c.grpcWorkers > maxGRPCWorkers {
+		return fmt.Errorf("--grpc-workers: %d: want 1 to %d", c.grpcWorkers, maxGRPCWorkers)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(c.gcPercent)
 	}
@@ -200,8 +207,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		grpc.MaxRecvMsgSize(1<<20),
 		grpc.ChainUnaryInterceptor(gate.UnaryInterceptor(), admin.UnaryInterceptor()),
 		// A fixed pool of stream workers instead of a goroutine per RPC: less stack growth and
-		// scheduling per call.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// scheduling per call. A call that finds every worker busy gets a goroutine of its own,
+		// so the pool must cover the calls in flight, which on Redis wait for the store.
+		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
 	grpcapi.New(lim, m).Register(grpcSrv)
 	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)

@@ -342,7 +342,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	if len(b.Ops) == 0 {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	groups := s.group(b)
 	now := ""
@@ -611,9 +611,19 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 	return nil
 }
 
+// bound gives ctx the store's deadline, unless it already ends as soon: behind the breaker,
+// which sets its own, a second timer per call (a timer and a child context registered with
+// the caller's) would be paid for nothing.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // Reset deletes the state of keys.
 func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	cmds := make(rueidis.Commands, 0, len(keys))
 	for _, k := range keys {

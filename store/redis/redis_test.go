@@ -283,6 +283,35 @@ func TestStartupErrors(t *testing.T) {
 	}
 }
 
+func TestBoundKeepsTheSoonerDeadline(t *testing.T) {
+	t.Parallel()
+	s := &Store{timeout: time.Second}
+	for _, c := range []struct {
+		name   string
+		parent time.Duration // 0: no deadline
+		within time.Duration // the deadline bound must give, from now
+	}{
+		{"no deadline", 0, time.Second},
+		{"sooner deadline kept", 10 * time.Millisecond, 10 * time.Millisecond},
+		{"later deadline shortened", time.Hour, time.Second},
+	} {
+		parent, cancelParent := context.Background(), context.CancelFunc(func() {})
+		if c.parent > 0 {
+			parent, cancelParent = context.WithTimeout(parent, c.parent)
+		}
+		ctx, cancel := s.bound(parent)
+		deadline, ok := ctx.Deadline()
+		if left := time.Until(deadline); !ok || left > c.within || left <= c.within/2 {
+			t.Errorf("%s: deadline in %v (set %v), want just under %v", c.name, left, ok, c.within)
+		}
+		if c.parent > 0 && c.parent < s.timeout && ctx != parent {
+			t.Errorf("%s: a new context where the caller's deadline was sooner", c.name)
+		}
+		cancel()
+		cancelParent()
+	}
+}
+
 func TestMaxFlushDelay(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

@@ -178,6 +178,99 @@ func TestConcurrentExact(t *testing.T) {
 	}
 }
 
+// TestConcurrentExactWhileSwept runs checks while another goroutine sweeps without pause, the
+// clock moving a window on between rounds: a check that finds an entry the sweep just removed
+// must look again and count on the new one, so every round admits exactly the limit.
+func TestConcurrentExactWhileSwept(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.FixedWindow, 50, time.Second)
+	stop := make(chan struct{})
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.Sweep()
+			}
+		}
+	}()
+	defer func() { close(stop); <-swept }()
+	for round := range 20 {
+		var single, paired atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := make([]algorithm.Result, 2)
+				for range 10 {
+					s.Apply(context.Background(), &store.Batch{Ops: []store.Op{op("one", p, 1)}}, res[:1])
+					if res[0].Allowed {
+						single.Add(1)
+					}
+					b := store.Batch{Ops: []store.Op{op(fmt.Sprintf("pair%d", g%2), p, 1), op("pair", p, 1)}}
+					s.Apply(context.Background(), &b, res)
+					if res[0].Allowed && res[1].Allowed {
+						paired.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if single.Load() != 50 || paired.Load() != 50 {
+			t.Fatalf("round %d: admitted %d on the single key and %d on the pair, want 50 and 50", round, single.Load(), paired.Load())
+		}
+		c.Add(time.Second) // every key idle: the sweep removes them while the next round runs
+	}
+}
+
+// TestSweptKeyComesBackFresh sweeps a few keys of many, which leaves them dead in the stripe's
+// read map until enough die: a check of one must start from a fresh state, and every count
+// must leave them out.
+func TestSweptKeyComesBackFresh(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	long := params(t, algorithm.TokenBucket, 10, time.Hour)
+	short := params(t, algorithm.TokenBucket, 10, time.Second)
+	for i := range 5000 {
+		apply(t, s, op(fmt.Sprintf("long%d", i), long, 1))
+	}
+	for i := range 50 {
+		apply(t, s, op(fmt.Sprintf("short%d", i), short, 3))
+	}
+	c.Add(2 * time.Second) // the short keys refill and go idle; the long ones do not
+	s.Sweep()
+	if n := s.Len(); n != 5000 {
+		t.Fatalf("after sweeping the idle keys: Len = %d, want 5000", n)
+	}
+	if r := apply(t, s, op("short7", short, 1)); r[0].Remaining != 9 {
+		t.Fatalf("a swept key: remaining %d, want 9 (fresh)", r[0].Remaining)
+	}
+	if r := apply(t, s, op("long7", long, 1)); r[0].Remaining != 8 {
+		t.Fatalf("a kept key: remaining %d, want 8", r[0].Remaining)
+	}
+	if n := s.Len(); n != 5001 {
+		t.Fatalf("after the swept key came back: Len = %d, want 5001", n)
+	}
+	path := filepath.Join(t.TempDir(), "snap")
+	if err := s.WriteSnapshot(path); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(c, WithSnapshot(path, 0))
+	defer s2.Close()
+	if n := s2.Len(); n != 5001 {
+		t.Fatalf("snapshot of the store: %d keys, want 5001", n)
+	}
+}
+
 func TestIdleKeysExpire(t *testing.T) {
 	t.Parallel()
 	c := newClock()

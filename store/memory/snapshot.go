@@ -33,19 +33,18 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // snapshotIfChanged writes the snapshot when anything changed since the last write.
 func (s *Store) snapshotIfChanged() {
-	before := s.changes()
-	if before == s.lastSnapshot.Load() {
+	// Cleared before writing: a change made while the file is written is written next time.
+	if !s.changed.Swap(false) {
 		return
 	}
 	if err := s.WriteSnapshot(s.snapshotPath); err != nil {
 		s.log.Error("memory store: write snapshot", "path", s.snapshotPath, "err", err)
-		return
+		s.changed.Store(true)
 	}
-	s.lastSnapshot.Store(before)
 }
 
 // WriteSnapshot writes every live key to path atomically: a temporary file, synced, renamed.
-// Each stripe is encoded under its lock and written after it is released.
+// Each stripe's keys are listed under its lock, then each entry is encoded under its own.
 func (s *Store) WriteSnapshot(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("snapshot dir: %w", err)
@@ -63,18 +62,26 @@ func (s *Store) WriteSnapshot(path string) error {
 	now := s.clock()
 	var count uint64
 	var buf, rec []byte
+	type keyed struct {
+		k string
+		e *entry
+	}
+	var list []keyed
 	for i := range s.shards {
-		buf = buf[:0]
+		buf, list = buf[:0], list[:0]
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.idleAt > now {
-				rec = encodeBucket(rec[:0], k, e, sh.logs[k])
+		sh.entries(func(k string, e *entry) { list = append(list, keyed{k, e}) })
+		sh.mu.Unlock()
+		for _, ke := range list {
+			ke.e.mu.Lock()
+			if ke.e.idleAt > now {
+				rec = encodeBucket(rec[:0], ke.k, ke.e)
 				buf = frame(buf, rec)
 				count++
 			}
+			ke.e.mu.Unlock()
 		}
-		sh.mu.Unlock()
 		is := &s.idem[i]
 		is.mu.Lock()
 		for k, e := range is.m {
@@ -118,7 +125,7 @@ func frame(dst, payload []byte) []byte {
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(payload, crcTable))
 }
 
-func encodeBucket(dst []byte, k string, e *entry, l *algorithm.Log) []byte {
+func encodeBucket(dst []byte, k string, e *entry) []byte {
 	dst = append(dst, recBucket)
 	dst = binary.AppendUvarint(dst, uint64(len(k)))
 	dst = append(dst, k...)
@@ -126,8 +133,8 @@ func encodeBucket(dst []byte, k string, e *entry, l *algorithm.Log) []byte {
 		dst = binary.AppendVarint(dst, v)
 	}
 	var log []algorithm.Entry
-	if l != nil {
-		log = l.Entries
+	if e.log != nil {
+		log = e.log.Entries
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(log)))
 	for _, le := range log {
@@ -277,7 +284,7 @@ func (d *decoder) fail() {
 func (s *Store) loadBucket(b []byte, now int64) error {
 	d := decoder{b: b}
 	k := d.bytes(d.uvarint())
-	e := &entry{}
+	var e entry
 	e.t, e.v, e.w, e.idleAt = d.varint(), d.varint(), d.varint(), d.varint()
 	var log *algorithm.Log
 	if n := d.uvarint(); n > 0 {
@@ -294,13 +301,9 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 		return d.err
 	}
 	if e.idleAt > now {
-		sh := &s.shards[s.shardOf(k)]
-		sh.mu.Lock()
-		sh.m[string(k)] = e
-		if log != nil {
-			sh.logs[string(k)] = log
-		}
-		sh.mu.Unlock()
+		stored := s.shards[s.shardOf(k)].acquire(k)
+		stored.t, stored.v, stored.w, stored.idleAt, stored.log = e.t, e.v, e.w, e.idleAt, log
+		stored.mu.Unlock()
 	}
 	return nil
 }

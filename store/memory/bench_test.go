@@ -58,3 +58,27 @@ func BenchmarkApply(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNewKey is the cost of a key's first checks in a store already holding 100K keys:
+// each new key is checked three times, the way a new client's first requests arrive. Keys are
+// added beside a stripe's read map and merged into a new one; the merges must stay amortised.
+func BenchmarkNewKey(b *testing.B) {
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 100, 0, time.Minute)
+	s := New(WithSweepInterval(0))
+	res := make([]algorithm.Result, 1)
+	check := func(k []byte) {
+		s.Apply(context.Background(), &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, res)
+	}
+	for i := range 100_000 {
+		check([]byte("sl:warm:" + strconv.Itoa(i)))
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		k := []byte("sl:new:" + strconv.Itoa(i))
+		check(k)
+		check(k)
+		check(k)
+		i++
+	}
+}

@@ -309,16 +309,33 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 // sibling to deny it, it decides and commits on the entry in place, with none of a batch's
 // bookkeeping.
 func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
-	e := s.shards[s.shardOf(op.Key)].acquire(op.Key)
-	var st algorithm.State
-	e.load(op.Params.Kind, now, &st)
-	idle, committed := algorithm.Take(op.Params, &st, now, op.Cost, res)
-	if committed {
-		e.save(&st, idle)
-	}
-	e.mu.Unlock()
-	if committed {
-		s.markChanged()
+	sh := &s.shards[s.shardOf(op.Key)]
+	for {
+		var st algorithm.State
+		e := sh.acquire(op.Key, false)
+		if e == nil {
+			// A key the stripe does not hold: decide on a fresh state and add the key only if
+			// the op commits, so that looks and denials of unknown keys leave nothing behind.
+			idle, committed := algorithm.Take(op.Params, &st, now, op.Cost, res)
+			if !committed {
+				return
+			}
+			if !sh.insert(op.Key, &st, idle) {
+				continue // another op added the key meanwhile: decide on its entry
+			}
+			s.markChanged()
+			return
+		}
+		e.load(op.Params.Kind, now, &st)
+		idle, committed := algorithm.Take(op.Params, &st, now, op.Cost, res)
+		if committed {
+			e.save(&st, idle)
+		}
+		e.mu.Unlock()
+		if committed {
+			s.markChanged()
+		}
+		return
 	}
 }
 
@@ -354,7 +371,7 @@ func (s *Store) acquire(ops []store.Op, ps []pending, now int64) {
 		}
 	}
 	for _, i := range roots {
-		ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key)
+		ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key, true)
 		ps[i].e.load(ops[i].Params.Kind, now, &ps[i].st)
 	}
 }
@@ -376,8 +393,9 @@ func release(ps []pending) {
 	}
 }
 
-// acquire returns key's entry, locked and live, adding a fresh one when the stripe has none.
-func (sh *shard) acquire(key []byte) *entry {
+// acquire returns key's entry, locked and live. When the stripe has none it adds a fresh one
+// if create is set, else returns nil.
+func (sh *shard) acquire(key []byte, create bool) *entry {
 	e := (*sh.read.Load())[string(key)]
 	for {
 		if e != nil {
@@ -387,16 +405,34 @@ func (sh *shard) acquire(key []byte) *entry {
 			}
 			e.mu.Unlock() // swept since it was found: look again
 		}
-		e = sh.slowEntry(key)
+		if e = sh.slowEntry(key, create); e == nil {
+			return nil
+		}
 	}
 }
 
-// slowEntry finds key in recent, or in read unless swept, or adds a fresh entry to recent.
-func (sh *shard) slowEntry(key []byte) *entry {
+// slowEntry finds key in recent, or in read unless swept, or else adds a fresh entry to recent
+// if create is set.
+func (sh *shard) slowEntry(key []byte, create bool) *entry {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if e := sh.lookup(key); e != nil {
+		return e
+	}
+	if !create {
+		return nil
+	}
+	e := new(entry)
+	sh.add(string(key), e)
+	return e
+}
+
+// lookup finds key in recent, or in read unless swept. The stripe is locked.
+func (sh *shard) lookup(key []byte) *entry {
 	if e := sh.recent[string(key)]; e != nil {
-		if sh.misses++; sh.misses > len(sh.recent) {
+		// Keys found here cost a locked lookup; merging them into read costs a copy of the
+		// stripe, so it waits until the misses have paid for one.
+		if sh.misses++; sh.misses > len(*sh.read.Load())+len(sh.recent) {
 			sh.merge()
 		}
 		return e
@@ -406,9 +442,21 @@ func (sh *shard) slowEntry(key []byte) *entry {
 			return e
 		}
 	}
+	return nil
+}
+
+// insert adds key with the committed state st, unless the stripe holds it already (another op
+// added it since the caller looked), and reports whether it did.
+func (sh *shard) insert(key []byte, st *algorithm.State, idleAt int64) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.lookup(key) != nil {
+		return false
+	}
 	e := new(entry)
+	e.save(st, idleAt) // not yet reachable: no lock needed
 	sh.add(string(key), e)
-	return e
+	return true
 }
 
 // add puts a new key in recent. Merging as recent grows keeps most keys in read, which is built
@@ -482,9 +530,10 @@ func (e *entry) save(st *algorithm.State, idleAt int64) {
 // Reset drops the state of keys, restoring them to full.
 func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	for _, k := range keys {
-		e := s.shards[s.shardOf(k)].acquire(k)
-		e.t, e.v, e.w, e.idleAt, e.log = 0, 0, 0, 0, nil // fresh; the sweep drops it
-		e.mu.Unlock()
+		if e := s.shards[s.shardOf(k)].acquire(k, false); e != nil {
+			e.t, e.v, e.w, e.idleAt, e.log = 0, 0, 0, 0, nil // fresh; the sweep drops it
+			e.mu.Unlock()
+		}
 	}
 	s.markChanged()
 	return nil

@@ -271,6 +271,35 @@ func TestSweptKeyComesBackFresh(t *testing.T) {
 	}
 }
 
+// TestUnknownKeysLeaveNothing looks at, is denied on and resets keys the store does not hold:
+// none of it may add a key, or a flood of looks would fill memory until the next sweep.
+func TestUnknownKeysLeaveNothing(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.TokenBucket, 10, time.Second)
+	for i := range 100 {
+		k := fmt.Sprintf("k%d", i)
+		if r := apply(t, s, op(k, p, 0)); !r[0].Allowed || r[0].Remaining != 10 {
+			t.Fatalf("a look at an unknown key: %+v, want allowed with 10 left", r[0])
+		}
+		if r := apply(t, s, op(k, p, 11)); r[0].Allowed {
+			t.Fatalf("cost 11 on a limit of 10 allowed")
+		}
+		if err := s.Reset(context.Background(), [][]byte{[]byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len = %d after looks, denials and resets of unknown keys, want 0", n)
+	}
+	apply(t, s, op("k1", p, 1))
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len = %d after one committed check, want 1", n)
+	}
+}
+
 func TestIdleKeysExpire(t *testing.T) {
 	t.Parallel()
 	c := newClock()

@@ -370,9 +370,16 @@ func (s *Store) acquire(ops []store.Op, ps []pending, now int64) {
 			roots[m], roots[m-1] = roots[m-1], roots[m]
 		}
 	}
+	// A batch that only looks needs no entry for a key the store does not hold: it decides on
+	// a fresh state and writes nothing back.
+	create := false
+	for i := range ops {
+		create = create || ops[i].Cost > 0
+	}
 	for _, i := range roots {
-		ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key, true)
-		ps[i].e.load(ops[i].Params.Kind, now, &ps[i].st)
+		if ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key, create); ps[i].e != nil {
+			ps[i].e.load(ops[i].Params.Kind, now, &ps[i].st)
+		}
 	}
 }
 
@@ -387,7 +394,7 @@ func lockedBefore(ops []store.Op, ps []pending, a, b int) bool {
 // release unlocks what acquire locked.
 func release(ps []pending) {
 	for i := range ps {
-		if ps[i].alias < 0 {
+		if ps[i].alias < 0 && ps[i].e != nil {
 			ps[i].e.mu.Unlock()
 		}
 	}

@@ -290,6 +290,9 @@ func TestUnknownKeysLeaveNothing(t *testing.T) {
 		if err := s.Reset(context.Background(), [][]byte{[]byte(k)}); err != nil {
 			t.Fatal(err)
 		}
+		if r := apply(t, s, op(k, p, 0), op(k+"-other", p, 0)); !r[0].Allowed || !r[1].Allowed {
+			t.Fatalf("a look at two unknown keys denied")
+		}
 	}
 	if n := s.Len(); n != 0 {
 		t.Fatalf("Len = %d after looks, denials and resets of unknown keys, want 0", n)

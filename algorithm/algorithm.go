@@ -151,16 +151,17 @@ type Undo struct {
 	last    Entry
 }
 
-// Save returns what Restore needs to undo the next Commit on s.
-func Save(s *State) Undo {
-	u := Undo{state: *s}
+// Save records in u what Restore needs to undo the next Commit on s. It fills u in place: an
+// Undo returned by value was built on the stack and copied, which cost a batch of four limits
+// ~45 ns.
+func (u *Undo) Save(s *State) {
+	u.state, u.entries, u.last = *s, nil, Entry{}
 	if s.Log != nil {
 		u.entries = s.Log.Entries
 		if n := len(u.entries); n > 0 {
 			u.last = u.entries[n-1]
 		}
 	}
-	return u
 }
 
 // Restore puts s back as it was when u was saved.

@@ -271,7 +271,8 @@ func TestUndoRestoresLog(t *testing.T) {
 			at = base + 1
 		}
 		Decide(&p, &s, at, cost)
-		u := Save(&s)
+		var u Undo
+		u.Save(&s)
 		Commit(&p, &s, at, cost)
 		u.Restore(&s)
 		if r := Decide(&p, &s, at, 0); r.Remaining != 9 || len(s.Log.Entries) != 1 || s.Log.Entries[0].Cost != 1 {

@@ -264,7 +264,7 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 		if op.Cost > 0 {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling
 			// denies (the log's entries are shared with the entry; the rest is a copy).
-			p.undo = algorithm.Save(st)
+			p.undo.Save(st)
 			idle := algorithm.Commit(op.Params, st, now, op.Cost)
 			p.commit = true
 			root := p

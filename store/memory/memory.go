@@ -64,7 +64,7 @@ type shard struct {
 	// entry to recent.
 	stale map[string]struct{}
 	// misses counts lookups that found their key only in recent since read was built: when
-	// they outnumber recent's keys, recent is merged into a new read.
+	// they outnumber read's and recent's keys together, recent is merged into a new read.
 	misses int
 }
 
@@ -498,10 +498,10 @@ func (sh *shard) publish(m map[string]*entry) {
 
 // entries calls f with every key of the stripe and its entry. The stripe is locked.
 func (sh *shard) entries(f func(k string, e *entry)) {
+	// A key is in both read and recent only once its read entry was swept, so skipping stale
+	// keys lists each key once.
 	for k, e := range *sh.read.Load() {
-		_, gone := sh.stale[k]
-		_, shadowed := sh.recent[k]
-		if !gone && !shadowed {
+		if _, gone := sh.stale[k]; !gone {
 			f(k, e)
 		}
 	}

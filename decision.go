@@ -55,7 +55,8 @@ func (r *Result) start(lim *policy.Limit) {
 }
 
 // Decision is the answer to one request. Its top-level fields are those of the deciding limit:
-// the denying one with the longest wait, or, when allowed, the one with the least remaining.
+// the limit in the worst state (hard, then soft, then normal); among denials the longest wait,
+// otherwise the least remaining.
 //
 // A Decision is filled in place and keeps its buffers, so a caller that reuses one per
 // goroutine checks without allocating.
@@ -122,8 +123,10 @@ func (d *Decision) deciding() int {
 			continue
 		}
 		switch {
-		case r.Allowed != b.Allowed:
-			if !r.Allowed {
+		case r.State != b.State:
+			// The worst state speaks: a denial before a warning, a warning before a normal
+			// limit with less room, so X-RateLimit-Warning names the rule that warned.
+			if r.State > b.State {
 				best = i
 			}
 		case !r.Allowed:

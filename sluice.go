@@ -284,6 +284,9 @@ func (l *Limiter) Reset(ctx context.Context, r *Request, rule string) (int, erro
 		}
 	}
 	if len(keys) == 0 {
+		if rule != "" {
+			return 0, &policy.FieldError{Field: "rule", Msg: fmt.Sprintf("rule %q does not apply to these attributes (its match filters miss them), so there is nothing of it to reset", rule)}
+		}
 		return 0, nil
 	}
 	if err := l.store.Reset(ctx, keys); err != nil {

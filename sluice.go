@@ -26,7 +26,7 @@ type Request = policy.Request
 // Store applies batches of limits atomically: see store.Store.
 type Store = store.Store
 
-// DefaultIdempotencyTTL is how long a decision is remembered for its idempotency key.
+// DefaultIdempotencyTTL is how long an allowed decision is remembered for its idempotency key.
 const DefaultIdempotencyTTL = 5 * time.Minute
 
 // ErrIdempotencyMismatch is returned by Check when the request's idempotency key was used,
@@ -56,7 +56,7 @@ type Option func(*Limiter)
 // clock for the algorithms).
 func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
 
-// WithIdempotencyTTL sets how long decisions are remembered by idempotency key.
+// WithIdempotencyTTL sets how long allowed decisions are remembered by idempotency key.
 func WithIdempotencyTTL(d time.Duration) Option { return func(l *Limiter) { l.idemTTL = d } }
 
 // WithLogger sets the logger.

@@ -447,6 +447,7 @@ func FuzzReadSnapshot(f *testing.F) {
 	for _, k := range algorithm.Kinds {
 		apply(f, s, op(k.String(), params(f, k, 10, time.Minute), 2))
 	}
+	s.Apply(context.Background(), idemBatch("req-1", op("k", params(f, algorithm.GCRA, 10, time.Minute), 1)), make([]algorithm.Result, 1))
 	path := filepath.Join(f.TempDir(), "seed.snap")
 	if err := s.WriteSnapshot(path); err != nil {
 		f.Fatal(err)

@@ -94,6 +94,7 @@ type Decision struct {
 	algo    []algorithm.Result
 	batch   store.Batch
 	idem    []byte
+	fp      []byte // scratch for the idempotency fingerprint
 }
 
 // reset clears the answer and keeps the buffers.

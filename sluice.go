@@ -26,8 +26,15 @@ type Request = policy.Request
 // Store applies batches of limits atomically: see store.Store.
 type Store = store.Store
 
-// DefaultIdempotencyTTL is how long a decision is remembered for its idempotency key.
+// DefaultIdempotencyTTL is how long an allowed decision is remembered for its idempotency key.
 const DefaultIdempotencyTTL = 5 * time.Minute
+
+// ErrIdempotencyMismatch is returned by Check when the request's idempotency key was used,
+// within its TTL, by a request with other limits (another endpoint, tier or rule set) or another
+// cost. The request consumes nothing. Servers answer it with 422 (HTTP) or FailedPrecondition
+// (gRPC), naming idempotency_key; it is bad input, though not policy.ErrInvalid, since the same
+// request with a fresh key is valid.
+var ErrIdempotencyMismatch = store.ErrIdempotencyMismatch
 
 // Limiter decides requests. It is safe for any number of goroutines; SetPolicy swaps the policy
 // without blocking checks.
@@ -49,7 +56,7 @@ type Option func(*Limiter)
 // clock for the algorithms).
 func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
 
-// WithIdempotencyTTL sets how long decisions are remembered by idempotency key.
+// WithIdempotencyTTL sets how long allowed decisions are remembered by idempotency key.
 func WithIdempotencyTTL(d time.Duration) Option { return func(l *Limiter) { l.idemTTL = d } }
 
 // WithLogger sets the logger.
@@ -87,7 +94,8 @@ func (l *Limiter) Policy() *policy.Snapshot { return l.policy.Load() }
 func (l *Limiter) Store() Store { return l.store }
 
 // Check decides r and consumes its cost from every limit that applies, all or nothing, filling
-// d. An error is bad input (it wraps policy.ErrInvalid) or, with no fallback, a store failure.
+// d. An error is bad input (it wraps policy.ErrInvalid), an idempotency key reused for another
+// request (ErrIdempotencyMismatch) or, with no fallback, a store failure.
 func (l *Limiter) Check(ctx context.Context, r *Request, d *Decision) error {
 	cost := r.Cost
 	if cost == 0 {
@@ -161,10 +169,16 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	if r.IdempotencyKey != "" && cost > 0 && !banned {
 		d.idem = appendIdempotencyKey(d.idem[:0], r)
 		d.batch.IdempotencyKey, d.batch.IdempotencyTTL = d.idem, l.idemTTL
+		// The record is bound to what this request asks of the store, so that the key replays
+		// only a retry of it, not another cost, endpoint or rule set.
+		d.batch.IdempotencyFingerprint, d.fp = store.FingerprintOf(d.ops, d.fp)
 	}
 	if len(d.ops) > 0 {
 		replayed, err := l.store.Apply(ctx, &d.batch, d.algo)
 		if err != nil {
+			if errors.Is(err, store.ErrIdempotencyMismatch) {
+				return err // the caller's mistake: not a store failure to fall back from
+			}
 			if l.onError != nil {
 				l.onError(err)
 			}

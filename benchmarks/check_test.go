@@ -116,6 +116,29 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckIdempotentRetry is a Check that carries an idempotency key, retried: the
+// request's fingerprint is computed and compared with the record's, and the first decision is
+// replayed. Checks without a key (BenchmarkCheck) pay none of this.
+func BenchmarkCheckIdempotentRetry(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		yml  string
+	}{{"1limit", oneLimit}, {"4limits", fourLimits}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := limiter(b, c.yml)
+			req := sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET", IdempotencyKey: "req-8812"}
+			var d sluice.Decision
+			l.Check(context.Background(), &req, &d)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Check(context.Background(), &req, &d); err != nil || !d.Replayed {
+					b.Fatal(err, d.Replayed)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkXTimeRate is golang.org/x/time/rate's Allow on one limiter: no key lookup, no lock
 // striping, the floor for an in-process token bucket.
 func BenchmarkXTimeRate(b *testing.B) {

@@ -61,7 +61,7 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 		}, []string{"version"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_rejected_total",
-			Help: "Requests refused before deciding, by API and reason (invalid, overloaded).",
+			Help: "Requests refused before deciding, by API and reason (invalid, idempotency_mismatch, overloaded).",
 		}, []string{"api", "reason"}),
 		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_store_breaker_state",

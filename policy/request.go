@@ -22,7 +22,9 @@ type Request struct {
 	// look without consuming, use the limiter's Quota.
 	Cost int64 `json:"cost,omitempty"`
 	// IdempotencyKey, when set, makes a retry of the same request inside the key's TTL return
-	// the first decision and consume nothing again.
+	// the first decision and consume nothing again. Only an allowed decision is remembered, and
+	// only for the same request: the key with another cost or other limits is refused
+	// (sluice.ErrIdempotencyMismatch).
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 

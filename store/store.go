@@ -4,6 +4,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -25,10 +27,14 @@ type Op struct {
 // Batch is the limits of one request, decided at one instant of the store's clock.
 type Batch struct {
 	Ops []Op
-	// IdempotencyKey, when set, makes the store remember the results for IdempotencyTTL and
-	// answer a batch with the same key with them, consuming nothing again.
-	IdempotencyKey []byte
-	IdempotencyTTL time.Duration
+	// IdempotencyKey, when set, makes the store remember the results of an allowed batch for
+	// IdempotencyTTL, bound to IdempotencyFingerprint, and answer a batch with the same key
+	// and fingerprint with them, consuming nothing again. A batch with the same key and
+	// another fingerprint fails with ErrIdempotencyMismatch. A denied batch leaves no record:
+	// its retry is decided afresh.
+	IdempotencyKey         []byte
+	IdempotencyTTL         time.Duration
+	IdempotencyFingerprint Fingerprint
 
 	// HotKey is set by a store that decided the batch in the process (hot-key mode) rather
 	// than in the shared store.
@@ -41,12 +47,55 @@ type Store interface {
 	// Apply decides every op of b at one instant of the store's clock and consumes all of them
 	// only if every non-shadow op is allowed. It fills results[i] for b.Ops[i]; replayed
 	// reports an idempotent replay of an earlier batch. An error means the store could not
-	// decide; it is never a denial.
+	// decide, except ErrIdempotencyMismatch, which refuses the batch; it is never a denial.
 	Apply(ctx context.Context, b *Batch, results []algorithm.Result) (replayed bool, err error)
 	// Reset drops the state of keys.
 	Reset(ctx context.Context, keys [][]byte) error
 	// Close releases the store.
 	Close() error
+}
+
+// ErrIdempotencyMismatch is returned by Apply when the batch's idempotency key holds the record
+// of a batch with another fingerprint: the key was reused for a different request. The batch
+// consumes nothing. It is the caller's mistake, not the store's: never a reason to fail open or
+// to count against the store.
+var ErrIdempotencyMismatch = errors.New("idempotency_key: already used, within its TTL, by a request with other limits or another cost")
+
+// Fingerprint identifies what a batch asks of the store, so that an idempotency key replays
+// only the request it was first used for.
+type Fingerprint [16]byte
+
+// fingerprintVersion starts what is hashed: records live in Redis and in snapshots, so a change
+// to the encoding below must change it.
+const fingerprintVersion = "sluice-idem-v1"
+
+// FingerprintOf returns the fingerprint of ops: each op's key, effective parameters
+// (algorithm, limit, burst, period), cost and shadow flag, in order. It is stable across
+// processes, nodes and restarts (the records it binds live in Redis and in snapshots). scratch
+// is returned grown, for reuse: a caller that keeps it hashes without allocating.
+//
+// SHA-256 truncated to 128 bits rather than a faster 64-bit hash: clients choose the attribute
+// values that make the keys, and a 64-bit hash's collisions are within a birthday search's
+// reach (2^32 tries), which would let an expensive request replay a cheap one's decision.
+func FingerprintOf(ops []Op, scratch []byte) (Fingerprint, []byte) {
+	buf := append(scratch[:0], fingerprintVersion...)
+	buf = binary.AppendUvarint(buf, uint64(len(ops)))
+	for i := range ops {
+		op := &ops[i]
+		buf = binary.AppendUvarint(buf, uint64(len(op.Key)))
+		buf = append(buf, op.Key...)
+		shadow := byte(0)
+		if op.Shadow {
+			shadow = 1
+		}
+		buf = append(buf, byte(op.Params.Kind), shadow)
+		buf = binary.AppendVarint(buf, op.Params.Limit)
+		buf = binary.AppendVarint(buf, op.Params.Burst)
+		buf = binary.AppendVarint(buf, op.Params.Period)
+		buf = binary.AppendVarint(buf, op.Cost)
+	}
+	sum := sha256.Sum256(buf)
+	return Fingerprint(sum[:16]), buf
 }
 
 // ErrUnavailable is wrapped by errors that mean the store could not be reached or did not

@@ -204,11 +204,21 @@ func (s *Server) Reset(ctx context.Context, in *sluicev1.ResetRequest) (*sluicev
 }
 
 // fail maps an engine error to a status: bad input is InvalidArgument with the error's text,
-// which names the field; anything else means the limiter could not decide.
+// which names the field; an idempotency key reused for another request is FailedPrecondition
+// (its text names idempotency_key); anything else means the limiter could not decide.
+//
+// FailedPrecondition rather than InvalidArgument: the request is valid on its own and fails
+// only because of the state the key's first use left, and gRPC's guide reserves
+// InvalidArgument for arguments wrong whatever the state. Like 422 on HTTP, it tells the
+// client not to retry as is: send the request with a fresh key, or the first request again.
 func (s *Server) fail(err error) error {
-	if errors.Is(err, policy.ErrInvalid) {
+	switch {
+	case errors.Is(err, policy.ErrInvalid):
 		s.m.Rejected(api, "invalid")
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, sluice.ErrIdempotencyMismatch):
+		s.m.Rejected(api, "idempotency_mismatch")
+		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return status.Error(codes.Unavailable, err.Error())
 }

@@ -252,6 +252,21 @@ func TestAPI(t *testing.T) {
 				t.Fatalf("retries consumed: %v", resp)
 			}
 		}},
+		{"idempotency key reused for another cost", func(t *testing.T, e *env) {
+			r := alice()
+			r.Cost, r.IdempotencyKey = proto.Int64(1), "pay-43"
+			e.check(t, r)
+			before := remaining(e.quota(t, alice()))
+			r.Cost = proto.Int64(2)
+			_, err := e.client.Check(t.Context(), r)
+			wantCode(t, err, codes.FailedPrecondition, "idempotency_key")
+			if after := remaining(e.quota(t, alice())); after != before {
+				t.Fatalf("the refused reuse consumed: %s, then %s", before, after)
+			}
+			if n := e.counter(t, "sluice_requests_rejected_total", map[string]string{"api": "grpc", "reason": "idempotency_mismatch"}); n != 1 {
+				t.Fatalf("rejected{reason=idempotency_mismatch} = %v, want 1", n)
+			}
+		}},
 		{"exempt", func(t *testing.T, e *env) {
 			r := alice()
 			r.ApiKey = "internal-health"
@@ -423,6 +438,7 @@ func TestErrorCodes(t *testing.T) {
 		{"wrapped field error", fmt.Errorf("check: %w", &policy.FieldError{Field: "ip", Msg: "bad"}), codes.InvalidArgument},
 		{"store failure", errors.New("redis: connection refused"), codes.Unavailable},
 		{"deadline", context.DeadlineExceeded, codes.Unavailable},
+		{"idempotency key reused", sluice.ErrIdempotencyMismatch, codes.FailedPrecondition},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -244,14 +244,23 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"status": "ready", "policy_version": version})
 }
 
-// fail answers 400 for bad input and 503 when the limiter could not decide.
+// fail answers 400 for bad input, 422 for an idempotency key reused for another request, and
+// 503 when the limiter could not decide.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	status := http.StatusServiceUnavailable
-	if errors.Is(err, policy.ErrInvalid) {
+	body := map[string]string{"error": err.Error()}
+	switch {
+	case errors.Is(err, policy.ErrInvalid):
 		status = http.StatusBadRequest
 		s.m.Rejected("http", "invalid")
+	case errors.Is(err, sluice.ErrIdempotencyMismatch):
+		// Well-formed, but it contradicts what the key was first used for: 422, as for an
+		// Idempotency-Key reused with another payload.
+		status = http.StatusUnprocessableEntity
+		body["field"] = "idempotency_key"
+		s.m.Rejected("http", "idempotency_mismatch")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	json.NewEncoder(w).Encode(body)
 }

@@ -168,3 +168,31 @@ func FuzzCheckBody(f *testing.F) {
 		}
 	})
 }
+
+// TestIdempotencyKeyReused: a key reused for another request is 422 naming idempotency_key and
+// consumes nothing; the first request's retry still replays.
+func TestIdempotencyKeyReused(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	first := `{"tenant":"t","user":"u","endpoint":"/x","idempotency_key":"pay-1"}`
+	if w := post(s, "/v1/check", first); w.Code != 200 {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	for _, body := range []string{
+		`{"tenant":"t","user":"u","endpoint":"/x","idempotency_key":"pay-1","cost":2}`,
+		`{"tenant":"t","user":"u","endpoint":"/search","idempotency_key":"pay-1"}`,
+	} {
+		w := post(s, "/v1/check", body)
+		got := decode(t, w)
+		if w.Code != http.StatusUnprocessableEntity || got["field"] != "idempotency_key" || !strings.Contains(got["error"].(string), "idempotency_key") {
+			t.Fatalf("reuse %s: %d %s, want 422 naming idempotency_key", body, w.Code, w.Body)
+		}
+	}
+	w := post(s, "/v1/check", first)
+	if got := decode(t, w); w.Code != 200 || got["replayed"] != true || got["remaining"] != 2.0 {
+		t.Fatalf("retry of the first: %d %s, want a replay with 2 left", w.Code, w.Body)
+	}
+	if got := decode(t, post(s, "/v1/quota", `{"tenant":"t","user":"u","endpoint":"/search"}`)); got["remaining"] != 2.0 {
+		t.Fatalf("after the refused reuses: %v, want 2 left (one request counted)", got)
+	}
+}

@@ -69,8 +69,11 @@ func New(inner store.Store, o Options) *Store {
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.Requests >= o.MinCalls && float64(c.TotalFailures) >= o.FailureRatio*float64(c.Requests)
 		},
-		// A caller that gave up (its own context) says nothing about the store.
-		IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, context.Canceled) },
+		// A caller that gave up (its own context) says nothing about the store, and a store
+		// that refused a reused idempotency key answered.
+		IsSuccessful: func(err error) bool {
+			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, store.ErrIdempotencyMismatch)
+		},
 	}
 	if o.OnStateChange != nil {
 		st.OnStateChange = func(_ string, from, to gobreaker.State) { o.OnStateChange(from.String(), to.String()) }
@@ -106,7 +109,7 @@ func (s *Store) Close() error { return s.inner.Close() }
 
 func wrap(err error) error {
 	switch {
-	case err == nil || errors.Is(err, store.ErrUnavailable):
+	case err == nil || errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrIdempotencyMismatch):
 		return err
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		return fmt.Errorf("%w: circuit breaker %v", store.ErrUnavailable, err)

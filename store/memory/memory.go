@@ -87,9 +87,12 @@ type idemShard struct {
 	_  [48]byte
 }
 
+// idemEntry is the record of an allowed batch with an idempotency key, bound to the batch's
+// fingerprint.
 type idemEntry struct {
 	results []algorithm.Result
 	idleAt  int64
+	fp      store.Fingerprint
 }
 
 // Option configures a Store.
@@ -202,7 +205,7 @@ func stateOf(ps []pending, i int) *algorithm.State {
 
 // Apply decides every op of b at one instant and consumes all of them only if every non-shadow
 // op is allowed. results[i] receives op i's result; replayed reports an idempotent replay.
-// It never fails: the error is for the Store interface.
+// Its only error is store.ErrIdempotencyMismatch.
 func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Result) (replayed bool, err error) {
 	if len(b.IdempotencyKey) == 0 {
 		s.apply(b.Ops, results, s.clock())
@@ -215,20 +218,26 @@ func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Res
 	defer is.mu.Unlock()
 	now := s.clock()
 	if e := is.m[string(b.IdempotencyKey)]; e != nil && e.idleAt > now {
-		for i := range results {
-			if i < len(e.results) {
-				results[i] = e.results[i]
-			} else {
-				// The policy changed between the tries: report the extra limit as untouched.
-				results[i] = algorithm.Result{Allowed: true}
-			}
+		// The same fingerprint means the same ops, so the counts agree but for a corrupt
+		// record; that is refused too rather than replayed in part.
+		if e.fp != b.IdempotencyFingerprint || len(e.results) != len(results) {
+			return false, store.ErrIdempotencyMismatch
 		}
+		copy(results, e.results)
 		return true, nil
 	}
 	s.apply(b.Ops, results, now)
+	// Only an allowed decision is remembered: a retry after a denial's Retry-After must be
+	// decided afresh, and denials (cheap to provoke) must not fill memory for the TTL.
+	for i := range results {
+		if !results[i].Allowed && !b.Ops[i].Shadow {
+			return false, nil
+		}
+	}
 	is.m[string(b.IdempotencyKey)] = &idemEntry{
 		results: append([]algorithm.Result(nil), results...),
 		idleAt:  now + b.IdempotencyTTL.Microseconds(),
+		fp:      b.IdempotencyFingerprint,
 	}
 	s.markChanged()
 	return false, nil

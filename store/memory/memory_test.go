@@ -3,6 +3,8 @@ package memory
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -445,6 +447,7 @@ func FuzzReadSnapshot(f *testing.F) {
 	for _, k := range algorithm.Kinds {
 		apply(f, s, op(k.String(), params(f, k, 10, time.Minute), 2))
 	}
+	s.Apply(context.Background(), idemBatch("req-1", op("k", params(f, algorithm.GCRA, 10, time.Minute), 1)), make([]algorithm.Result, 1))
 	path := filepath.Join(f.TempDir(), "seed.snap")
 	if err := s.WriteSnapshot(path); err != nil {
 		f.Fatal(err)
@@ -503,5 +506,140 @@ func TestLogSurvivesAShorterTier(t *testing.T) {
 	c.Add(100 * time.Millisecond)
 	if r := apply(t, s, op("k", &long, 3))[0]; r.Allowed {
 		t.Fatalf("6 admitted within 1 s against a limit of 5: %+v", r)
+	}
+}
+
+// idemRecords counts the idempotency records held, expired ones not yet swept included.
+func (s *Store) idemRecords() int {
+	n := 0
+	for i := range s.idem {
+		s.idem[i].mu.Lock()
+		n += len(s.idem[i].m)
+		s.idem[i].mu.Unlock()
+	}
+	return n
+}
+
+// idemBatch is an idempotent batch with its fingerprint, as the limiter builds it.
+func idemBatch(id string, ops ...store.Op) *store.Batch {
+	b := &store.Batch{Ops: ops, IdempotencyKey: []byte(id), IdempotencyTTL: 5 * time.Minute}
+	b.IdempotencyFingerprint, _ = store.FingerprintOf(ops, nil)
+	return b
+}
+
+// TestIdempotencyBoundToBatch: a key replays only the batch it was first used for; another
+// cost, limit set, limit or shadow flag is refused and consumes nothing.
+func TestIdempotencyBoundToBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := params(t, algorithm.FixedWindow, 10, time.Hour)
+	tier := params(t, algorithm.FixedWindow, 20, time.Hour)
+	first := []store.Op{op("k", p, 3), op("g", p, 1)}
+	for _, tc := range []struct {
+		name string
+		ops  []store.Op
+	}{
+		{"another cost", []store.Op{op("k", p, 4), op("g", p, 1)}},
+		{"a limit more", []store.Op{op("k", p, 3), op("g", p, 1), op("other", p, 1)}},
+		{"a limit less", []store.Op{op("k", p, 3)}},
+		{"another limit", []store.Op{op("k", tier, 3), op("g", p, 1)}},
+		{"another order", []store.Op{op("g", p, 1), op("k", p, 3)}},
+		{"shadow", []store.Op{op("k", p, 3), {Key: []byte("g"), Params: p, Cost: 1, Shadow: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(newClock())
+			defer s.Close()
+			res := make([]algorithm.Result, len(first))
+			if replayed, err := s.Apply(ctx, idemBatch("req-1", first...), res); err != nil || replayed || !res[0].Allowed {
+				t.Fatalf("first use: replayed=%v err=%v %+v", replayed, err, res)
+			}
+			res = make([]algorithm.Result, len(tc.ops))
+			if replayed, err := s.Apply(ctx, idemBatch("req-1", tc.ops...), res); !errors.Is(err, store.ErrIdempotencyMismatch) || replayed {
+				t.Fatalf("reuse: replayed=%v err=%v, want ErrIdempotencyMismatch", replayed, err)
+			}
+			// Nothing consumed by the refused reuse, and the first batch still replays.
+			if r := apply(t, s, op("k", p, 0), op("g", p, 0), op("other", p, 0)); r[0].Remaining != 7 || r[1].Remaining != 9 || r[2].Remaining != 10 {
+				t.Errorf("after the refused reuse: remaining %d %d %d, want 7 9 10", r[0].Remaining, r[1].Remaining, r[2].Remaining)
+			}
+			res = make([]algorithm.Result, len(first))
+			if replayed, err := s.Apply(ctx, idemBatch("req-1", first...), res); err != nil || !replayed || res[0].Remaining != 7 {
+				t.Errorf("retry of the first batch: replayed=%v err=%v remaining %d", replayed, err, res[0].Remaining)
+			}
+		})
+	}
+}
+
+// TestDenialsAreNotRemembered: a denied batch leaves no record, so its retry after Retry-After
+// is decided afresh, and denials with distinct keys cost no memory.
+func TestDenialsAreNotRemembered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock()
+	s := newStore(c)
+	defer s.Close()
+	p := params(t, algorithm.FixedWindow, 1, time.Second)
+	apply(t, s, op("k", p, 1))
+	res := make([]algorithm.Result, 1)
+	for i := range 30_000 {
+		if _, err := s.Apply(ctx, idemBatch(fmt.Sprint("denied-", i), op("k", p, 1)), res); err != nil || res[0].Allowed {
+			t.Fatalf("request %d: err %v allowed %v", i, err, res[0].Allowed)
+		}
+	}
+	if n := s.idemRecords(); n != 0 {
+		t.Fatalf("30,000 denied requests left %d idempotency records, want 0", n)
+	}
+	c.Add(time.Duration(res[0].RetryAfter) * time.Microsecond)
+	if replayed, err := s.Apply(ctx, idemBatch("denied-7", op("k", p, 1)), res); err != nil || replayed || !res[0].Allowed {
+		t.Fatalf("retry after Retry-After: replayed=%v err=%v allowed=%v, want a new decision, allowed", replayed, err, res[0].Allowed)
+	}
+	if n := s.idemRecords(); n != 1 {
+		t.Fatalf("after one allowed request: %d records, want 1", n)
+	}
+}
+
+// TestSnapshotKeepsFingerprints: a record read back from a snapshot is still bound to its
+// batch; a record of the earlier format, with no fingerprint, is read and dropped.
+func TestSnapshotKeepsFingerprints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newClock()
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s := newStore(c, WithSnapshot(path, 0))
+	p := params(t, algorithm.FixedWindow, 10, time.Hour)
+	first := idemBatch("req-1", op("k", p, 2))
+	res := make([]algorithm.Result, 1)
+	s.Apply(ctx, first, res)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(c, WithSnapshot(path, 0))
+	defer s2.Close()
+	if replayed, err := s2.Apply(ctx, first, res); err != nil || !replayed || res[0].Remaining != 8 {
+		t.Errorf("retry after restart: replayed=%v err=%v remaining %d", replayed, err, res[0].Remaining)
+	}
+	if _, err := s2.Apply(ctx, idemBatch("req-1", op("k", p, 5)), res); !errors.Is(err, store.ErrIdempotencyMismatch) {
+		t.Errorf("reuse after restart: err %v, want ErrIdempotencyMismatch", err)
+	}
+
+	// An earlier version's record: kind 'i', key, expiry, results, no fingerprint.
+	old := []byte{recIdemUnbound}
+	old = binary.AppendUvarint(old, 5)
+	old = append(old, "req-2"...)
+	old = binary.AppendVarint(old, t0+time.Hour.Microseconds())
+	old = binary.AppendUvarint(old, 1)
+	old = append(old, 1, 0)
+	for range 4 {
+		old = binary.AppendVarint(old, 0)
+	}
+	snap := append([]byte(snapshotMagic), frame(nil, old)...)
+	snap = append(snap, frame(nil, binary.AppendUvarint([]byte{recEnd}, 1))...)
+	s3 := newStore(c)
+	defer s3.Close()
+	if n, err := s3.ReadSnapshot(bytes.NewReader(snap)); n != 1 || err != nil {
+		t.Fatalf("earlier snapshot: read %d records, %v", n, err)
+	}
+	if n := s3.idemRecords(); n != 0 {
+		t.Errorf("earlier snapshot: %d idempotency records kept, want 0 (unbound)", n)
 	}
 }

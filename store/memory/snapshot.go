@@ -22,8 +22,12 @@ const snapshotMagic = "SLUICE-SNAPSHOT\x00\x01"
 
 const (
 	recBucket = 'b'
-	recIdem   = 'i'
-	recEnd    = 'e'
+	// recIdem is an idempotency record bound to its batch's fingerprint. recIdemUnbound is
+	// the record of earlier versions, without one: it is read and dropped, since it cannot
+	// tell a retry from another request (a retry of one is decided afresh).
+	recIdem        = 'f'
+	recIdemUnbound = 'i'
+	recEnd         = 'e'
 	// maxRecord bounds a record's claimed length so a corrupt length cannot make us allocate
 	// gigabytes.
 	maxRecord = 64 << 20
@@ -149,6 +153,7 @@ func encodeIdem(dst []byte, k string, e *idemEntry) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(k)))
 	dst = append(dst, k...)
 	dst = binary.AppendVarint(dst, e.idleAt)
+	dst = append(dst, e.fp[:]...)
 	dst = binary.AppendUvarint(dst, uint64(len(e.results)))
 	for _, r := range e.results {
 		var flags byte
@@ -232,6 +237,7 @@ func (s *Store) ReadSnapshot(r io.Reader) (int, error) {
 			if err := s.loadIdem(payload[1:], now); err != nil {
 				return n, fmt.Errorf("%w: record %d: %v", ErrSnapshotDamaged, n, err)
 			}
+		case recIdemUnbound: // sound, counted, dropped
 		default:
 			return n, fmt.Errorf("%w: record %d has unknown kind %q", ErrSnapshotDamaged, n, payload[0])
 		}
@@ -312,6 +318,7 @@ func (s *Store) loadIdem(b []byte, now int64) error {
 	d := decoder{b: b}
 	k := d.bytes(d.uvarint())
 	e := &idemEntry{idleAt: d.varint()}
+	copy(e.fp[:], d.bytes(uint64(len(e.fp))))
 	n := d.uvarint()
 	if n > uint64(len(d.b))/6 {
 		d.fail()

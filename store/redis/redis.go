@@ -332,10 +332,20 @@ func (s *Store) Close() error {
 
 // group is the ops of one hash slot, for one script call.
 type group struct {
-	ops  []int // indexes into the batch
+	slot uint16 // on a Cluster
+	ops  []int  // indexes into the batch
 	keys []string
 	args []string
+	// record is the key of the batch's idempotency record on this slot, when it has one.
+	record string
 }
+
+// The first value of batch.lua's reply.
+const (
+	decided  = 0 // decided now: may have consumed, and written a record
+	replay   = 1 // the record's answer
+	mismatch = 2 // the record holds another fingerprint: nothing decided
+)
 
 // Apply decides the batch inside Redis: see the package comment.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
@@ -349,24 +359,29 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	if s.now != nil {
 		now = strconv.FormatInt(s.now(), 10)
 	}
-	ttl := "0"
-	if len(b.IdempotencyKey) > 0 {
+	ttl, fp := "0", ""
+	idem := len(b.IdempotencyKey) > 0
+	if idem {
 		ttl = strconv.FormatInt(max(1, b.IdempotencyTTL.Milliseconds()), 10)
+		fp = hex.EncodeToString(b.IdempotencyFingerprint[:])
+		groups = s.placeRecords(groups, b.IdempotencyKey)
 	}
 	execs := make([]rueidis.LuaExec, len(groups))
 	for gi := range groups {
 		g := &groups[gi]
 		g.args = append([]string{now, ttl, strconv.Itoa(len(g.ops))}, g.args...)
-		if len(b.IdempotencyKey) > 0 {
-			g.keys = append(g.keys, s.idempotencyKey(g.keys[0], b.IdempotencyKey))
+		if idem {
+			g.keys = append(g.keys, g.record)
+			g.args = append(g.args, fp)
 		}
 		execs[gi] = rueidis.LuaExec{Keys: g.keys, Args: g.args}
 	}
 	replies := s.run(ctx, batchScript, batchFunction, execs)
-	replayed, denied := false, false
+	replayed, denied, reused := false, false, false
 	nows := make([]int64, len(groups))
 	var failure error
 	answered := make([]bool, len(groups))
+	fresh := make([]bool, len(groups)) // decided now
 	for gi, reply := range replies {
 		vals, err := reply.AsIntSlice()
 		if err != nil {
@@ -375,22 +390,24 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 			failure = fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
 			continue
 		}
-		answered[gi] = true
 		g := &groups[gi]
-		if len(vals) < 2 || (vals[0] == 0 && len(vals) != 2+6*len(g.ops)) {
+		// A replay answers as many ops as were decided: the fingerprint binds the ops.
+		if len(vals) < 2 || vals[0] < decided || vals[0] > mismatch || (vals[0] != mismatch && len(vals) != 2+6*len(g.ops)) {
 			failure = fmt.Errorf("%w: redis: script answered %d values for %d ops", store.ErrUnavailable, len(vals), len(g.ops))
-			answered[gi] = false
 			continue
 		}
-		replayed = replayed || vals[0] == 1
+		answered[gi] = true
 		nows[gi] = vals[1]
+		switch vals[0] {
+		case mismatch:
+			reused = true
+			continue
+		case replay:
+			replayed = true
+		default:
+			fresh[gi] = true
+		}
 		for j, i := range g.ops {
-			if len(vals) < 2+6*(j+1) {
-				// A replay recorded before the policy changed has fewer limits: as in the
-				// memory store, report the extra limit as untouched.
-				results[i] = algorithm.Result{Allowed: true}
-				continue
-			}
 			v := vals[2+6*j:]
 			results[i] = algorithm.Result{
 				Allowed: v[0] == 1, Reason: algorithm.Reason(v[1]), Remaining: v[2],
@@ -401,6 +418,12 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 			}
 		}
 	}
+	if reused {
+		// The key holds another request's record (on a Cluster, at least on the key's own
+		// slot): this request consumes nothing, so slots that decided it give back.
+		s.refund(ctx, b, groups, nows, results, fresh)
+		return false, store.ErrIdempotencyMismatch
+	}
 	if failure != nil {
 		// Some slots decided and may have consumed: give it back, as for a denial.
 		for gi := range groups {
@@ -410,8 +433,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 				}
 			}
 		}
-		if len(groups) > 1 && !replayed {
-			s.refund(ctx, b, groups, nows, results, answered)
+		if len(groups) > 1 {
+			s.refund(ctx, b, groups, nows, results, fresh)
 		}
 		if !denied {
 			return false, failure // undecided: the caller follows on_store_error
@@ -427,10 +450,10 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		}
 		return false, nil
 	}
-	if denied && len(groups) > 1 && !replayed {
+	if denied && len(groups) > 1 {
 		// A failed refund leaves the others' units consumed (quota lost, never double
 		// granted); the request is denied all the same.
-		s.refund(ctx, b, groups, nows, results, answered)
+		s.refund(ctx, b, groups, nows, results, fresh)
 	}
 	return replayed, nil
 }
@@ -496,7 +519,7 @@ func (s *Store) group(b *store.Batch) []group {
 			}
 			if gi < 0 {
 				slots = append(slots, slot)
-				gs = append(gs, group{})
+				gs = append(gs, group{slot: slot})
 				gi = len(gs) - 1
 			}
 		} else if len(gs) == 0 {
@@ -520,16 +543,38 @@ func redisKey(k []byte) string {
 	return "{" + string(k) + "}"
 }
 
-// idempotencyKey is where a request's decision is remembered. On a Cluster each slot of the
-// request remembers its own part, on the slot of stateKey, so a replay needs no second round
-// trip; a single server keeps one record per request.
-func (s *Store) idempotencyKey(stateKey string, id []byte) string {
+// placeRecords names where each group remembers its part of an idempotent request's decision.
+// A single server keeps one record per request. On a Cluster each slot of the request keeps its
+// own part, so that a retry replays in one round trip; and the key's own slot (its caller's hash
+// tag, usually a slot the request uses anyway) always takes part, with a group of no ops if
+// need be: there any two requests with the key meet, so a reuse for another request is caught
+// wherever its limits live. The name is new with fingerprints ("idem2"): nodes of an earlier
+// version, during a rolling upgrade, neither read nor misread these records.
+func (s *Store) placeRecords(gs []group, id []byte) []group {
 	sum := sha256.Sum256(id)
-	name := key.Prefix + "idem:" + hex.EncodeToString(sum[:16])
+	name := key.Prefix + "idem2:" + hex.EncodeToString(sum[:16])
 	if !s.cluster {
-		return name
+		gs[0].record = name
+		return gs
 	}
-	return "{" + string(key.HashTag([]byte(stateKey))) + "}:" + name
+	tag := string(key.HashTag(id))
+	if len(tag) == len(id) {
+		tag = hex.EncodeToString(sum[:16]) // no caller: no attribute in plain in the name
+	}
+	own := "{" + tag + "}:" + name
+	slot := Slot([]byte(own))
+	found := false
+	for gi := range gs {
+		if gs[gi].slot == slot {
+			gs[gi].record, found = own, true
+		} else {
+			gs[gi].record = "{" + string(key.HashTag([]byte(gs[gi].keys[0]))) + "}:" + name
+		}
+	}
+	if !found {
+		gs = append(gs, group{slot: slot, record: own})
+	}
+	return gs
 }
 
 // maxCachedParams bounds the cache of parameter strings: a policy has few distinct limits, but
@@ -567,43 +612,54 @@ func (s *Store) appendParams(args []string, p *algorithm.Params, cost int64, sha
 	return append(args, s.paramString(p), strconv.FormatInt(cost, 10), sh)
 }
 
-// refund gives back what the groups that allowed consumed, when another group denied.
-func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, answered []bool) error {
-	// A group that denied rolled itself back inside its script, and one that did not answer
-	// is unknown: only groups that committed have anything to give back.
-	committed := make([]bool, len(groups))
-	for gi := range groups {
-		committed[gi] = answered[gi]
-		for _, i := range groups[gi].ops {
-			if !results[i].Allowed && !b.Ops[i].Shadow {
-				committed[gi] = false
-			}
-		}
-	}
+// refund gives back what the groups decided now consumed, when another group denied or the
+// request cannot stand, and drops the idempotency records they wrote: only an allowed request
+// is remembered.
+func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, fresh []bool) error {
+	// A group that denied rolled itself back inside its script and wrote no record, and one
+	// that replayed or did not answer consumed nothing here: only groups that committed have
+	// anything to give back.
 	var execs []rueidis.LuaExec
+	var committed []int
 	for gi := range groups {
 		g := &groups[gi]
+		ok := fresh[gi]
+		for _, i := range g.ops {
+			if !results[i].Allowed && !b.Ops[i].Shadow {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
 		var keys, args []string
 		for _, i := range g.ops {
 			op := &b.Ops[i]
 			cost := int64(0)
-			if results[i].Allowed && committed[gi] {
+			if results[i].Allowed {
 				cost = op.Cost
 			}
 			state := redisKey(op.Key)
 			keys = append(keys, state, state+":log")
 			args = s.appendParams(args, op.Params, cost, op.Shadow)
 		}
+		if g.record != "" {
+			keys = append(keys, g.record)
+		}
 		args = append([]string{strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops))}, args...)
 		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: args})
+		committed = append(committed, gi)
 	}
-	for gi, r := range s.run(ctx, refundScript, refundFunction, execs) {
+	if len(execs) == 0 {
+		return nil
+	}
+	for x, r := range s.run(ctx, refundScript, refundFunction, execs) {
 		vals, err := r.AsIntSlice()
 		if err != nil {
 			return fmt.Errorf("%w: redis refund: %w", store.ErrUnavailable, err)
 		}
-		for j, i := range groups[gi].ops {
-			if results[i].Allowed && b.Ops[i].Cost > 0 && committed[gi] && len(vals) >= 2*(j+1) {
+		for j, i := range groups[committed[x]].ops {
+			if results[i].Allowed && b.Ops[i].Cost > 0 && len(vals) >= 2*(j+1) {
 				results[i].Remaining, results[i].ResetAfter, results[i].Delay = vals[2*j], vals[2*j+1], 0
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -71,12 +72,17 @@ func limits(t testing.TB) []limit {
 }
 
 // differential sends the same random traffic through the memory store and st at the same
-// instants and requires identical results.
+// instants and requires identical results. With idempotency, a third of the batches carry one
+// of 8 keys: often an exact retry of the key's last batch, sometimes that batch changed (a
+// cost, an op more, a shadow flag) or another batch altogether, which both stores must refuse
+// alike while the key's record lives (and neither remembers a denial).
 func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, idempotency bool) {
 	mem := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
 	defer mem.Close()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ls := limits(t)
+	last := map[string][]store.Op{} // an idempotency key's last batch
+	refused, replays := 0, 0
 	for step := range steps {
 		switch rng.IntN(10) {
 		case 0: // jump to just before or at a window boundary
@@ -88,24 +94,57 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 		default:
 			c.us.Add(rng.Int64N(20_000))
 		}
+		randomOp := func() store.Op {
+			l := &ls[rng.IntN(len(ls))]
+			return store.Op{Key: l.key, Params: &l.params, Cost: rng.Int64N(6), Shadow: rng.IntN(8) == 0}
+		}
 		var b store.Batch
 		for range 1 + rng.IntN(4) {
-			l := &ls[rng.IntN(len(ls))]
-			b.Ops = append(b.Ops, store.Op{Key: l.key, Params: &l.params, Cost: rng.Int64N(6), Shadow: rng.IntN(8) == 0})
+			b.Ops = append(b.Ops, randomOp())
 		}
-		if idempotency && rng.IntN(5) == 0 {
-			b.IdempotencyKey = fmt.Appendf(nil, "req-%d", rng.IntN(20))
-			b.IdempotencyTTL = time.Duration(1+rng.IntN(3)) * time.Second
+		if idempotency && rng.IntN(3) == 0 {
+			// Half the keys carry a caller's hash tag, as the limiter's do: on a Cluster their
+			// record's own slot is often one the batch uses, and otherwise an extra one.
+			id := fmt.Sprintf("req-%d", rng.IntN(8))
+			if rng.IntN(2) == 0 {
+				id = fmt.Sprintf("sl:idem:{u=user%d}:%s", rng.IntN(3), id)
+			}
+			if prev, ok := last[id]; ok {
+				switch r := rng.IntN(8); {
+				case r < 4: // an exact retry
+					b.Ops = slices.Clone(prev)
+				case r == 4: // another cost
+					b.Ops = slices.Clone(prev)
+					b.Ops[rng.IntN(len(b.Ops))].Cost += 1 + rng.Int64N(3)
+				case r == 5: // a limit more
+					b.Ops = append(slices.Clone(prev), randomOp())
+				case r == 6: // a shadow flag flipped
+					b.Ops = slices.Clone(prev)
+					i := rng.IntN(len(b.Ops))
+					b.Ops[i].Shadow = !b.Ops[i].Shadow
+				} // else another batch altogether
+			}
+			last[id] = b.Ops
+			b.IdempotencyKey = []byte(id)
+			b.IdempotencyTTL = time.Duration(2+rng.IntN(20)) * time.Second
+			b.IdempotencyFingerprint, _ = store.FingerprintOf(b.Ops, nil)
 		}
 		want := make([]algorithm.Result, len(b.Ops))
 		got := make([]algorithm.Result, len(b.Ops))
-		wantReplay, _ := mem.Apply(ctx, &b, want)
+		wantReplay, wantErr := mem.Apply(ctx, &b, want)
 		gotReplay, err := st.Apply(ctx, &b, got)
-		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
+		if wantErr != nil || err != nil {
+			if !errors.Is(wantErr, store.ErrIdempotencyMismatch) || !errors.Is(err, store.ErrIdempotencyMismatch) {
+				t.Fatalf("step %d: redis error %v, memory error %v", step, err, wantErr)
+			}
+			refused++
+			continue
 		}
 		if gotReplay != wantReplay {
 			t.Fatalf("step %d: replayed %v, memory %v", step, gotReplay, wantReplay)
+		}
+		if gotReplay {
+			replays++
 		}
 		for i := range want {
 			if got[i] != want[i] {
@@ -115,6 +154,10 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 			}
 		}
 	}
+	if idempotency && (refused == 0 || replays == 0) {
+		t.Fatalf("idempotency untested: %d reuses refused, %d replays", refused, replays)
+	}
+	t.Logf("%d steps: %d idempotent replays, %d reuses refused", steps, replays, refused)
 }
 
 func TestSameDecisionsAsMemory(t *testing.T) {
@@ -198,10 +241,9 @@ func TestClusterAllOrNothing(t *testing.T) {
 	if res[0].Remaining != 98 || res[1].Remaining != 98 {
 		t.Fatalf("after 2 allowed and 2 denied requests: remaining %d and %d, want 98 and 98 (denials refunded)", res[0].Remaining, res[1].Remaining)
 	}
-	// And the cluster decides like the memory store, refunds included. Idempotency is left
-	// out: its records are per slot, made for a retry that carries the same limits, where
-	// this traffic reuses ids across different batches.
-	differential(t, st, c, 1500, 2, false)
+	// And the cluster decides like the memory store, refunds and idempotency included: a
+	// key's records are per slot, and its own slot catches a reuse wherever the limits live.
+	differential(t, st, c, 1500, 2, true)
 }
 
 func TestScriptFlushAndTTLs(t *testing.T) {

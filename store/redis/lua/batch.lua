@@ -7,8 +7,11 @@
 --       (sliding_window_log only); then, when ARGV[2] > 0, the idempotency record.
 -- ARGV: [1] now in µs, or '' to read Redis TIME (the default, so Sluice nodes' clocks do not
 --       matter); [2] idempotency TTL in ms, 0 for none; [3] n, the number of ops; then 3 values
---       per op: its parameters (see parse_params), its cost, shadow (0/1).
--- Reply: {replayed (0/1), now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
+--       per op: its parameters (see parse_params), its cost, shadow (0/1); then, when
+--       ARGV[2] > 0, the request's fingerprint (hex).
+-- Reply: {replayed, now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
+--        replayed is 0 (decided now), 1 (the record's answer) or 2 (the record holds another
+--        fingerprint: the key was reused for another request; nothing decided, no op values).
 
 -- UNDO_WIDTH is how many values an op's undo record holds (see batch).
 local UNDO_WIDTH = 6
@@ -26,15 +29,19 @@ local function batch(KEYS, ARGV)
   local n = tonumber(ARGV[3])
   local idem_key = KEYS[2 * n + 1]
 
-  -- The record is "expires_at_µs|v,v,...": its expiry is checked against the script's clock,
-  -- not only left to PX, so that a test clock governs it as it governs the limits.
+  -- The record is "expires_at_µs|fingerprint|v,v,...", written only for an allowed batch. Its
+  -- expiry is checked against the script's clock, not only left to PX, so that a test clock
+  -- governs it as it governs the limits.
+  local fp = nil
   if ttl > 0 then
+    fp = ARGV[3 * n + 4]
     local rec = redis.call('GET', idem_key)
     if rec then
-      local bar = string.find(rec, '|', 1, true)
-      if bar and tonumber(string.sub(rec, 1, bar - 1)) > now then
+      local expires, rec_fp, vals = string.match(rec, '^(%d+)|(%x+)|(.*)$')
+      if expires and tonumber(expires) > now then
+        if rec_fp ~= fp then return { 2, now } end
         local out = { 1, now }
-        for x in string.gmatch(string.sub(rec, bar + 1), '[^,]+') do out[#out + 1] = tonumber(x) end
+        for x in string.gmatch(vals, '[^,]+') do out[#out + 1] = tonumber(x) end
         return out
       end
     end
@@ -127,10 +134,11 @@ local function batch(KEYS, ARGV)
     out[o + 1] = r.allowed and 1 or 0
     out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = r.reason, r.remaining, r.reset, r.retry, r.delay
   end
-  if ttl > 0 then
+  -- A denial is not remembered: its retry, after Retry-After, is decided afresh.
+  if ttl > 0 and not denied then
     local rec = {}
     for j = 3, #out do rec[#rec + 1] = fmt(out[j]) end
-    redis.call('SET', idem_key, fmt(now + ttl * 1000) .. '|' .. table.concat(rec, ','), 'PX', ttl)
+    redis.call('SET', idem_key, fmt(now + ttl * 1000) .. '|' .. fp .. '|' .. table.concat(rec, ','), 'PX', ttl)
   end
   return out
 end

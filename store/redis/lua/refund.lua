@@ -3,14 +3,17 @@
 -- after prelude.lua. A refund is exact unless the key changed in between (another request, a
 -- refill past the cap); it never gives back more than was taken.
 --
--- KEYS: as batch.lua, 2 per op. ARGV: [1] the now batch.lua used (µs); [2] n; then per op the
--- 3 values of batch.lua, cost being what to give back (0 for ops that consumed nothing).
+-- KEYS: as batch.lua, 2 per op; then, optionally, the idempotency record batch.lua wrote on this
+-- slot, deleted: the request was not allowed after all, and only allowed requests are
+-- remembered. ARGV: [1] the now batch.lua used (µs); [2] n; then per op the 3 values of
+-- batch.lua, cost being what to give back (0 for ops that consumed nothing).
 -- Reply: per op, remaining and reset after the refund (what the op has left, as a look), so
 -- the request reports the same numbers as an all-or-nothing store would.
 
 local function refund(KEYS, ARGV)
   bind_math()
   local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
+  if KEYS[2 * n + 1] then redis.call('DEL', KEYS[2 * n + 1]) end
   for i = 1, n do
     local b = 2 + (i - 1) * 3
     local p = parse_params(ARGV[b + 1])

@@ -69,6 +69,10 @@ func Open(ctx context.Context, url string, opts control.Options) (*Store, error)
 		// pgx's message carries the URL with its password redacted.
 		return nil, fmt.Errorf("control store: %w", err)
 	}
+	// Ping every connection the pool hands out, not only those idle for a second (pgxpool's
+	// default): after a database restart a pooled connection is dead, and the control plane's
+	// few queries a second can afford a round trip more to never fail on one.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("control store: %w", err)

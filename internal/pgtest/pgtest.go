@@ -215,8 +215,7 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 		}
 	}
 	cmd.Env = append(cmd.Env, "LC_ALL=C")
-	// Its own process group, so that Kill reaches the server's children too (see signal).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = sysProcAttr(c.cred)
 	return cmd
 }
 
@@ -284,6 +283,36 @@ func (c *Cluster) launch() error {
 	return nil
 }
 
+// shmInUse is the server's complaint when the backends of a killed server are still exiting:
+// each runs in its own session, so killing the server leaves them to notice its death, which
+// takes them a few milliseconds.
+const shmInUse = "pre-existing shared memory block"
+
+// launchRetry is launch, retried while a killed predecessor's backends are still exiting.
+func (c *Cluster) launchRetry() error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		var mark int64
+		if st, err := os.Stat(c.logPath()); err == nil {
+			mark = st.Size()
+		}
+		err := c.launch()
+		if err == nil || time.Now().After(deadline) || !strings.Contains(c.logFrom(mark), shmInUse) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logFrom returns the server log from byte offset off on.
+func (c *Cluster) logFrom(off int64) string {
+	b, err := os.ReadFile(c.logPath())
+	if err != nil || off > int64(len(b)) {
+		return ""
+	}
+	return string(b[off:])
+}
+
 // waitReady polls until the server answers a query, the process exits or startTimeout passes.
 func (c *Cluster) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(startTimeout)
@@ -338,26 +367,12 @@ func (c *Cluster) signal(sig syscall.Signal) {
 	if c.proc == nil {
 		return
 	}
-	pgid := c.proc.cmd.Process.Pid // Setpgid: the group is the server's pid
-	if sig == syscall.SIGKILL {
-		// The whole group, as a crash of the machine would: a postmaster killed alone leaves
-		// its backends holding the shared memory for a moment, and a restart meanwhile fails
-		// with "pre-existing shared memory block is still in use".
-		_ = syscall.Kill(-pgid, sig)
-	} else {
-		_ = c.proc.cmd.Process.Signal(sig)
-	}
+	_ = c.proc.cmd.Process.Signal(sig)
 	select {
 	case <-c.proc.done:
 	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = c.proc.cmd.Process.Kill()
 		<-c.proc.done
-	}
-	// The postmaster is reaped; its children were not ours to wait for. Poll the group until
-	// it is empty, so that a Restart never meets them.
-	deadline := time.Now().Add(stopTimeout)
-	for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
 	}
 	c.proc = nil
 }
@@ -367,7 +382,7 @@ func (c *Cluster) signal(sig syscall.Signal) {
 func (c *Cluster) Restart(t testing.TB) {
 	t.Helper()
 	c.Stop()
-	if err := c.launch(); err != nil {
+	if err := c.launchRetry(); err != nil {
 		t.Fatalf("pgtest: restart: %v", err)
 	}
 }

@@ -372,8 +372,8 @@ var hostile = []string{
 	"tab\tnewline\nreturn\r",
 	"ünïcødé 名前 🚦🚦 עברית \u202e",
 	"e\u0301", // a combining accent
-	strings.Repeat("🚦", control.MaxValueLen),     // the longest value, at 4 bytes a character
-	"$1 ?1 :name @p",                              // placeholder syntax
+	strings.Repeat("🚦", control.MaxValueLen), // the longest value, at 4 bytes a character
+	"$1 ?1 :name @p", // placeholder syntax
 	`{"json":"looking"}`,
 }
 

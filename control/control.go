@@ -143,6 +143,28 @@ type Store interface {
 	// PruneNodes forgets the nodes last seen before t and returns how many.
 	PruneNodes(ctx context.Context, before time.Time) (int64, error)
 
+	// AddCounts adds one node's per-minute decision counts to the fleet's, in one transaction:
+	// counts for a (minute, rule, tenant) or (minute, rule, identity) already stored are
+	// increased, so every node's flushes add up. Minutes are truncated to the minute.
+	AddCounts(ctx context.Context, usage []UsageCount, violations []ViolationCount) error
+	// UsageHistory sums the usage counts that match f per step, oldest first; steps without
+	// counts are left out.
+	UsageHistory(ctx context.Context, f UsageFilter) ([]UsagePoint, error)
+	// Violations returns the violation counts that match f, newest minute first.
+	Violations(ctx context.Context, f ViolationFilter) ([]ViolationCount, error)
+	// PruneCounts deletes the usage and violation counts of minutes before t (retention).
+	PruneCounts(ctx context.Context, before time.Time) (int64, error)
+
+	// AcquireLease takes the named lease for holder until the store's clock plus ttl, or
+	// renews it if holder has it already. It reports false when another holder's lease has not
+	// expired: exactly one holder at a time runs a fleet-wide job such as the abuse detector.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// Lease returns who holds the named lease and until when; ErrNotFound if nobody ever took
+	// it or it was released. An expired lease is still returned (check ExpiresAt).
+	Lease(ctx context.Context, name string) (holder string, expiresAt time.Time, _ error)
+	// ReleaseLease gives the lease up if holder has it, so another node takes over at once.
+	ReleaseLease(ctx context.Context, name, holder string) error
+
 	// Ping checks that the database answers, for readiness and sluice_control_store_up.
 	Ping(ctx context.Context) error
 	// Close stops the Store's background work, closes its Watch channels and its connections.
@@ -445,4 +467,46 @@ type State struct {
 	Overrides  []Override
 	Exemptions []Exemption
 	Identities []Identity
+}
+
+// UsageCount is one node's decisions of one minute for one rule and tenant ("" for requests
+// without a tenant).
+type UsageCount struct {
+	Minute                time.Time
+	Rule, Tenant          string
+	Allowed, Denied, Soft int64
+}
+
+// ViolationCount is the denied and soft decisions of one minute for one rule and identity.
+// APIKey is what the caller chose to keep of the key (DESIGN.md: its hashed prefix), never
+// the key itself.
+type ViolationCount struct {
+	Minute                                   time.Time
+	Rule, Tenant, User, APIKey, IP, Endpoint string
+	Denied, Soft                             int64
+	// Limit is the rule's effective limit when it was counted; the last flush's value wins.
+	Limit int64
+}
+
+// UsageFilter selects usage counts; empty strings match everything.
+type UsageFilter struct {
+	Rule, Tenant string
+	// From and To bound the minutes: [From, To).
+	From, To time.Time
+	// Step is the width of a point: a whole number of minutes, at most a day (1m, 1h, 1d).
+	Step time.Duration
+}
+
+// UsagePoint is the sum of one step; At is its start.
+type UsagePoint struct {
+	At                    time.Time
+	Allowed, Denied, Soft int64
+}
+
+// ViolationFilter selects violation counts; zero fields match everything.
+type ViolationFilter struct {
+	Tenant, User, APIKey, IP, Rule string
+	Since, Until                   time.Time // minutes in [Since, Until)
+	// Limit caps the answer: DefaultAuditLimit when <= 0, at most MaxAuditLimit.
+	Limit int
 }

@@ -20,10 +20,11 @@ const (
 	MaxRuleBodyLen = 64 << 10 // a rule's JSON, in bytes
 )
 
-// checkText refuses what the two databases would store differently: invalid UTF-8 and NUL,
-// which PostgreSQL's text type rejects and SQLite keeps. Refusing both everywhere keeps the
-// drivers' semantics equal and every stored string returned verbatim.
-func checkText(field, s string, min, max int) error {
+// CheckText validates a string the store keeps: between min and max characters, valid UTF-8,
+// no NUL. The last two are what the databases would treat differently (PostgreSQL's text
+// refuses them, SQLite keeps them); refusing them everywhere keeps the drivers' semantics
+// equal and every stored string returned verbatim.
+func CheckText(field, s string, min, max int) error {
 	if !utf8.ValidString(s) {
 		return &InvalidError{Field: field, Msg: "not valid UTF-8"}
 	}
@@ -41,17 +42,17 @@ func checkText(field, s string, min, max int) error {
 }
 
 // CheckName validates a rule or token name.
-func CheckName(field, name string) error { return checkText(field, name, 1, MaxNameLen) }
+func CheckName(field, name string) error { return CheckText(field, name, 1, MaxNameLen) }
 
 // Validate checks c before a change is made.
 func (c Change) Validate() error {
-	if err := checkText("actor", c.Actor, 1, MaxActorLen); err != nil {
+	if err := CheckText("actor", c.Actor, 1, MaxActorLen); err != nil {
 		return err
 	}
-	if err := checkText("reason", c.Reason, 0, MaxReasonLen); err != nil {
+	if err := CheckText("reason", c.Reason, 0, MaxReasonLen); err != nil {
 		return err
 	}
-	return checkText("if_match", c.IfMatch, 0, MaxNameLen)
+	return CheckText("if_match", c.IfMatch, 0, MaxNameLen)
 }
 
 // ValidateRule checks a rule's name and that its body is one JSON object of bounded size; the
@@ -63,7 +64,7 @@ func ValidateRule(name string, body json.RawMessage) error {
 	if len(body) > MaxRuleBodyLen {
 		return &InvalidError{Field: "rule", Msg: fmt.Sprintf("larger than %d bytes", MaxRuleBodyLen)}
 	}
-	if err := checkText("rule", string(body), 2, MaxRuleBodyLen); err != nil {
+	if err := CheckText("rule", string(body), 2, MaxRuleBodyLen); err != nil {
 		return err
 	}
 	if !json.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
@@ -78,14 +79,14 @@ func (o Override) Validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"tenant", o.Tenant}, {"user", o.User}, {"api_key", o.APIKey}, {"endpoint", o.Endpoint},
 	} {
-		if err := checkText(f.name, f.v, 0, MaxValueLen); err != nil {
+		if err := CheckText(f.name, f.v, 0, MaxValueLen); err != nil {
 			return err
 		}
 	}
 	if o.Tenant == "" && o.User == "" && o.APIKey == "" && o.Endpoint == "" {
 		return &InvalidError{Field: "tenant", Msg: "an override needs a target: tenant, user, api_key or endpoint"}
 	}
-	if err := checkText("rule", o.Rule, 0, MaxNameLen); err != nil {
+	if err := CheckText("rule", o.Rule, 0, MaxNameLen); err != nil {
 		return err
 	}
 	if math.IsNaN(o.Value) || math.IsInf(o.Value, 0) || o.Value < 0 {
@@ -109,7 +110,7 @@ func (o Override) Validate() error {
 	if o.ExpiresAt.IsZero() {
 		return &InvalidError{Field: "expires_at", Msg: "required"}
 	}
-	if err := checkText("reason", o.Reason, 0, MaxReasonLen); err != nil {
+	if err := CheckText("reason", o.Reason, 0, MaxReasonLen); err != nil {
 		return err
 	}
 	if o.Source != SourceAPI && o.Source != SourceAutomatic {
@@ -124,7 +125,7 @@ func (e Exemption) Validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"api_key", e.APIKey}, {"user", e.User}, {"tenant", e.Tenant}, {"ip", e.IP},
 	} {
-		if err := checkText(f.name, f.v, 0, MaxValueLen); err != nil {
+		if err := CheckText(f.name, f.v, 0, MaxValueLen); err != nil {
 			return err
 		}
 		if f.v != "" {
@@ -137,7 +138,7 @@ func (e Exemption) Validate() error {
 	if e.ExpiresAt != nil && e.ExpiresAt.IsZero() {
 		return &InvalidError{Field: "expires_at", Msg: "must be a time when given"}
 	}
-	return checkText("reason", e.Reason, 0, MaxReasonLen)
+	return CheckText("reason", e.Reason, 0, MaxReasonLen)
 }
 
 // Validate checks an identity assignment.
@@ -147,11 +148,11 @@ func (i Identity) Validate() error {
 	default:
 		return &InvalidError{Field: "kind", Msg: fmt.Sprintf("%q is not api_key, user or tenant", i.Kind)}
 	}
-	if err := checkText("value", i.Value, 1, MaxValueLen); err != nil {
+	if err := CheckText("value", i.Value, 1, MaxValueLen); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"tier", i.Tier}, {"tenant", i.Tenant}, {"user", i.User}} {
-		if err := checkText(f.name, f.v, 0, MaxValueLen); err != nil {
+		if err := CheckText(f.name, f.v, 0, MaxValueLen); err != nil {
 			return err
 		}
 	}
@@ -184,7 +185,7 @@ func (t Token) Validate() error {
 
 // Validate checks an event for AppendAudit.
 func (e AuditEvent) Validate() error {
-	if err := checkText("actor", e.Actor, 1, MaxActorLen); err != nil {
+	if err := CheckText("actor", e.Actor, 1, MaxActorLen); err != nil {
 		return err
 	}
 	switch e.Action {
@@ -197,7 +198,7 @@ func (e AuditEvent) Validate() error {
 	default:
 		return &InvalidError{Field: "kind", Msg: fmt.Sprintf("%q is not an audit kind", e.Kind)}
 	}
-	if err := checkText("target", e.Target, 0, MaxTargetLen); err != nil {
+	if err := CheckText("target", e.Target, 0, MaxTargetLen); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -210,23 +211,55 @@ func (e AuditEvent) Validate() error {
 		if !json.Valid(f.v) {
 			return &InvalidError{Field: f.name, Msg: "not valid JSON"}
 		}
-		if err := checkText(f.name, string(f.v), 0, MaxRuleBodyLen*2); err != nil {
+		if err := CheckText(f.name, string(f.v), 0, MaxRuleBodyLen*2); err != nil {
 			return err
 		}
 	}
-	return checkText("reason", e.Reason, 0, MaxReasonLen)
+	return CheckText("reason", e.Reason, 0, MaxReasonLen)
 }
 
 // Validate checks a heartbeat.
 func (n Node) Validate() error {
-	if err := checkText("id", n.ID, 1, MaxActorLen); err != nil {
+	if err := CheckText("id", n.ID, 1, MaxActorLen); err != nil {
 		return err
 	}
-	if err := checkText("addr", n.Addr, 0, MaxActorLen); err != nil {
+	if err := CheckText("addr", n.Addr, 0, MaxActorLen); err != nil {
 		return err
 	}
 	if n.PolicyVersion < 0 {
 		return &InvalidError{Field: "policy_version", Msg: "must be >= 0"}
+	}
+	return nil
+}
+
+// Validate checks one usage count.
+func (u UsageCount) Validate() error {
+	if err := CheckName("rule", u.Rule); err != nil {
+		return err
+	}
+	if err := CheckText("tenant", u.Tenant, 0, MaxValueLen); err != nil {
+		return err
+	}
+	if u.Allowed < 0 || u.Denied < 0 || u.Soft < 0 {
+		return &InvalidError{Field: "allowed", Msg: "counts must be >= 0"}
+	}
+	return nil
+}
+
+// Validate checks one violation count.
+func (v ViolationCount) Validate() error {
+	if err := CheckName("rule", v.Rule); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{
+		{"tenant", v.Tenant}, {"user", v.User}, {"api_key", v.APIKey}, {"ip", v.IP}, {"endpoint", v.Endpoint},
+	} {
+		if err := CheckText(f.name, f.v, 0, MaxValueLen); err != nil {
+			return err
+		}
+	}
+	if v.Denied < 0 || v.Soft < 0 || v.Limit < 0 {
+		return &InvalidError{Field: "denied", Msg: "counts must be >= 0"}
 	}
 	return nil
 }

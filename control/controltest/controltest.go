@@ -101,6 +101,8 @@ func Run(t *testing.T, h Harness) {
 		{"RejectedStrings", testRejectedStrings},
 		{"Reopen", testReopen},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"CountsAddUp", testCountsAddUp},
+		{"Leases", testLeases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

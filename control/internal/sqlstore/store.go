@@ -60,6 +60,8 @@ var queryNames = []string{
 	"TokenList", "TokenGet", "TokenGetByHash", "TokenInsert", "TokenDelete",
 	"AuditInsert", "AuditList", "AuditPrune",
 	"NodeUpsert", "NodeList", "NodePrune",
+	"UsageAdd", "ViolationAdd", "UsageHistory", "ViolationList", "UsagePrune", "ViolationPrune",
+	"LeaseAcquire", "LeaseGet", "LeaseRelease",
 }
 
 // CheckQueries returns an error naming the first query a driver forgot.

@@ -8,9 +8,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 );
 
 -- name: MigrationLock
--- Two nodes starting at once must not both migrate: a transaction-scoped advisory lock (the
--- key is "sluice_migrate" as bytes) serializes them; the second then finds nothing to do.
-SELECT pg_advisory_xact_lock(7382645312745629285);
+-- Two nodes starting at once must not both migrate: a transaction-scoped advisory lock
+-- serializes them; the second then finds nothing to do. The key is "sluice:m" read as a
+-- big-endian int64, unlikely to collide with another program's lock on the same database.
+SELECT pg_advisory_xact_lock(8317151707346057837);
 
 -- name: MigrationList
 SELECT version FROM schema_migrations ORDER BY version;

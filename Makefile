@@ -1,5 +1,5 @@
 # make run   - the service on its embedded default (memory store, built-in policy)
-# make test  - the whole test suite (installs redis-server from apt when missing)
+# make test  - the whole test suite (installs redis-server and postgresql from apt when missing)
 # make bench - the Check benchmarks against x/time/rate and a mutex+map bucket
 .PHONY: run test bench build proto
 

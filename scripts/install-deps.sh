@@ -6,8 +6,18 @@ set -euo pipefail
 need=()
 command -v go >/dev/null || { echo "install-deps: Go is required (https://go.dev/dl)"; exit 1; }
 for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null || { need=(redis-server); break; }
+  command -v "$tool" >/dev/null || { need+=(redis-server); break; }
 done
+# The PostgreSQL server (internal/pgtest runs initdb and postgres). Debian keeps them off PATH,
+# in /usr/lib/postgresql/VERSION/bin; pgtest looks there first, then on PATH.
+has_postgres() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && [ -x "$d/postgres" ] && return 0
+  done
+  command -v initdb >/dev/null && command -v postgres >/dev/null
+}
+has_postgres || need+=(postgresql)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

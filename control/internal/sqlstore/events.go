@@ -1,0 +1,200 @@
+package sqlstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/control"
+)
+
+// minute truncates t to its UTC minute and checks it is one both databases hold.
+func minute(t time.Time) (time.Time, error) {
+	m := t.UTC().Truncate(time.Minute)
+	return m, checkTime("minute", m)
+}
+
+// identityKey is a violation row's key: a hash of its identity, which can be longer than an
+// index entry. JSON keeps ("a:b","c") and ("a","b:c") apart.
+func identityKey(v control.ViolationCount) string {
+	b, _ := json.Marshal([]string{v.Tenant, v.User, v.APIKey, v.IP, v.Endpoint})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// AddCounts implements control.Store.
+func (s *Store) AddCounts(ctx context.Context, usage []control.UsageCount, violations []control.ViolationCount) error {
+	for _, u := range usage {
+		if err := u.Validate(); err != nil {
+			return fmt.Errorf("add counts: %w", err)
+		}
+	}
+	for _, v := range violations {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("add counts: %w", err)
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("add counts: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := addEach(ctx, tx, s.q["UsageAdd"], usage, func(u control.UsageCount) ([]any, error) {
+		m, err := minute(u.Minute)
+		return []any{s.d.Time(m), u.Rule, u.Tenant, u.Allowed, u.Denied, u.Soft}, err
+	}); err != nil {
+		return fmt.Errorf("add usage counts: %w", s.mapErr(err))
+	}
+	if err := addEach(ctx, tx, s.q["ViolationAdd"], violations, func(v control.ViolationCount) ([]any, error) {
+		m, err := minute(v.Minute)
+		return []any{s.d.Time(m), v.Rule, identityKey(v), v.Tenant, v.User, v.APIKey, v.IP, v.Endpoint,
+			v.Denied, v.Soft, v.Limit}, err
+	}); err != nil {
+		return fmt.Errorf("add violation counts: %w", s.mapErr(err))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add counts: commit: %w", err)
+	}
+	return nil
+}
+
+// addEach runs query once per row, prepared once.
+func addEach[T any](ctx context.Context, tx *sql.Tx, query string, rows []T, args func(T) ([]any, error)) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, r := range rows {
+		a, err := args(r)
+		if err != nil {
+			return err
+		}
+		if _, err := stmt.ExecContext(ctx, a...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UsageHistory implements control.Store.
+func (s *Store) UsageHistory(ctx context.Context, f control.UsageFilter) ([]control.UsagePoint, error) {
+	if f.Step < time.Minute || f.Step > 24*time.Hour || f.Step%time.Minute != 0 {
+		return nil, fmt.Errorf("usage history: %w", &control.InvalidError{Field: "step", Msg: "a whole number of minutes, at most a day"})
+	}
+	from, to := clampTime(f.From), f.To
+	if to.IsZero() {
+		to = maxTime
+	}
+	out, err := list(ctx, s.db, s.q["UsageHistory"], func(r *sql.Rows) (control.UsagePoint, error) {
+		var p control.UsagePoint
+		err := r.Scan(ts{&p.At}, &p.Allowed, &p.Denied, &p.Soft)
+		return p, err
+	}, f.Rule, f.Tenant, s.d.Time(from), s.d.Time(clampTime(to)), f.Step.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("usage history: %w", err)
+	}
+	return out, nil
+}
+
+// Violations implements control.Store.
+func (s *Store) Violations(ctx context.Context, f control.ViolationFilter) ([]control.ViolationCount, error) {
+	until := f.Until
+	if until.IsZero() {
+		until = maxTime
+	}
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = control.DefaultAuditLimit
+	case limit > control.MaxAuditLimit:
+		limit = control.MaxAuditLimit
+	}
+	out, err := list(ctx, s.db, s.q["ViolationList"], func(r *sql.Rows) (control.ViolationCount, error) {
+		var v control.ViolationCount
+		err := r.Scan(ts{&v.Minute}, &v.Rule, &v.Tenant, &v.User, &v.APIKey, &v.IP, &v.Endpoint, &v.Denied, &v.Soft, &v.Limit)
+		return v, err
+	}, f.Tenant, f.User, f.APIKey, f.IP, f.Rule, s.d.Time(clampTime(f.Since)), s.d.Time(clampTime(until)), int64(limit))
+	if err != nil {
+		return nil, fmt.Errorf("violations: %w", err)
+	}
+	return out, nil
+}
+
+// PruneCounts implements control.Store.
+func (s *Store) PruneCounts(ctx context.Context, before time.Time) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("prune counts: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var n int64
+	for _, q := range []string{"UsagePrune", "ViolationPrune"} {
+		res, err := tx.ExecContext(ctx, s.q[q], s.d.Time(clampTime(before)))
+		if err != nil {
+			return 0, fmt.Errorf("prune counts: %w", err)
+		}
+		m, _ := res.RowsAffected()
+		n += m
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("prune counts: commit: %w", err)
+	}
+	return n, nil
+}
+
+// AcquireLease implements control.Store.
+func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	if err := control.CheckName("name", name); err != nil {
+		return false, fmt.Errorf("acquire lease: %w", err)
+	}
+	if err := control.CheckText("holder", holder, 1, control.MaxActorLen); err != nil {
+		return false, fmt.Errorf("acquire lease: %w", err)
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("acquire lease: %w", &control.InvalidError{Field: "ttl", Msg: "must be > 0"})
+	}
+	now := s.clock()
+	var got string
+	err := s.db.QueryRowContext(ctx, s.q["LeaseAcquire"], name, holder, s.d.Time(clampTime(now.Add(ttl))), s.d.Time(now)).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("acquire lease %q: %w", name, s.mapErr(err))
+	}
+	return got == holder, nil
+}
+
+// Lease implements control.Store.
+func (s *Store) Lease(ctx context.Context, name string) (string, time.Time, error) {
+	type lease struct {
+		holder string
+		until  time.Time
+	}
+	l, err := one(ctx, s.db, s.q["LeaseGet"], func(r *sql.Rows) (lease, error) {
+		var l lease
+		err := r.Scan(&l.holder, ts{&l.until})
+		return l, err
+	}, name)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("lease %q: %w", name, err)
+	}
+	return l.holder, l.until, nil
+}
+
+// ReleaseLease implements control.Store.
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	if _, err := s.db.ExecContext(ctx, s.q["LeaseRelease"], name, holder); err != nil {
+		return fmt.Errorf("release lease %q: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+-- Decision aggregates and leases (migration 0002). Counts are added, never replaced, so
+-- every node's flushes add up.
+
+-- name: UsageAdd
+INSERT INTO usage_minutes (minute, rule_name, tenant, allowed, denied, soft)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (minute, rule_name, tenant) DO UPDATE
+SET allowed = usage_minutes.allowed + excluded.allowed,
+    denied = usage_minutes.denied + excluded.denied,
+    soft = usage_minutes.soft + excluded.soft;
+
+-- name: ViolationAdd
+INSERT INTO violation_minutes (minute, rule_name, identity_key, tenant, user_name, api_key, ip, endpoint,
+                               denied, soft, limit_value)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (minute, rule_name, identity_key) DO UPDATE
+SET denied = violation_minutes.denied + excluded.denied,
+    soft = violation_minutes.soft + excluded.soft,
+    limit_value = excluded.limit_value;
+
+-- name: UsageHistory
+-- Minutes in [$3, $4) summed per step of $5 microseconds from the Unix epoch (UTC);
+-- empty filters match everything.
+SELECT date_bin(make_interval(secs => $5::bigint / 1000000.0), minute, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS at,
+       sum(allowed)::bigint, sum(denied)::bigint, sum(soft)::bigint
+FROM usage_minutes
+WHERE ($1 = '' OR rule_name = $1) AND ($2 = '' OR tenant = $2) AND minute >= $3 AND minute < $4
+GROUP BY at
+ORDER BY at;
+
+-- name: ViolationList
+-- Minutes in [$6, $7); empty filters match everything; newest first, at most $8.
+SELECT minute, rule_name, tenant, user_name, api_key, ip, endpoint, denied, soft, limit_value
+FROM violation_minutes
+WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR user_name = $2) AND ($3 = '' OR api_key = $3)
+  AND ($4 = '' OR ip = $4) AND ($5 = '' OR rule_name = $5) AND minute >= $6 AND minute < $7
+ORDER BY minute DESC, rule_name, tenant, user_name, api_key, ip, endpoint
+LIMIT $8;
+
+-- name: UsagePrune
+DELETE FROM usage_minutes WHERE minute < $1;
+
+-- name: ViolationPrune
+DELETE FROM violation_minutes WHERE minute < $1;
+
+-- name: LeaseAcquire
+-- Takes the lease $1 for holder $2 until $3 if it is free, expired by $4, or already $2's
+-- (a renewal); returns no row when another holder has it.
+INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, expires_at = excluded.expires_at
+WHERE leases.holder = excluded.holder OR leases.expires_at <= $4
+RETURNING holder;
+
+-- name: LeaseGet
+SELECT holder, expires_at FROM leases WHERE name = $1;
+
+-- name: LeaseRelease
+DELETE FROM leases WHERE name = $1 AND holder = $2;

@@ -21,6 +21,8 @@ import (
 // (see resync), which a single gob or JSON document would lose whole.
 const snapshotMagic = "SLUICE-SNAPSHOT\x00\x01"
 
+// Record kinds, the first byte of a payload. A new kind must be known to loadRecord, and to
+// verifies, or reading would never resume at a record of that kind after damage.
 const (
 	recBucket = 'b'
 	recIdem   = 'i'

@@ -3,8 +3,11 @@
 # make bench - the Check benchmarks against x/time/rate and a mutex+map bucket
 .PHONY: run test bench build proto
 
+# CGO_ENABLED=0: one static binary (no libc, no dynamic loader) that runs in a scratch or
+# distroless image; e2e's TestBinaryIsStatic builds it with BIN=elsewhere and checks it.
+BIN ?= bin/sluice
 build:
-	go build -o bin/sluice ./cmd/sluice
+	CGO_ENABLED=0 go build -o $(BIN) ./cmd/sluice
 
 run:
 	go run ./cmd/sluice serve

@@ -92,6 +92,12 @@ func freePort(t *testing.T) string {
 // start runs sluice serve with config and dataDir and waits until /healthz answers.
 func start(t *testing.T, config, dataDir string, env ...string) *server {
 	t.Helper()
+	return startBin(t, binary, config, dataDir, env...)
+}
+
+// startBin is start with another build of sluice (see staticBinary).
+func startBin(t *testing.T, binary, config, dataDir string, env ...string) *server {
+	t.Helper()
 	s := &server{t: t, http: freePort(t), grpc: freePort(t), log: &syncBuffer{}, exited: make(chan error, 1), dataDir: dataDir, config: config, extraEnv: env}
 	args := []string{"serve", "--http", s.http, "--grpc", s.grpc, "--data-dir", dataDir, "--snapshot-interval", "100ms"}
 	if config != "" {

@@ -136,6 +136,15 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
 	}
+	if isMemory(c.storeURL) {
+		// The memory store's snapshot lives in --data-dir: one process per folder, or each
+		// would overwrite the other's. Taken before the snapshot is read; held until return.
+		lock, err := lockDataDir(c.dataDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, storeName, err := openStore(ctx, c, log)
@@ -180,6 +189,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	api := httpapi.New(lim, m, httpapi.Options{
 		MaxBodyBytes: c.maxBody,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Ready:        []httpapi.ReadyCheck{{Name: "store", Check: storeCheck(st)}},
 	})
 	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
 	adminLim := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
@@ -260,7 +270,7 @@ func serve(ctx context.Context, c serveConfig) error {
 
 // openStore opens the store --store names: memory, or a Redis URL.
 func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (sluice.Store, string, error) {
-	if c.storeURL == "memory" || c.storeURL == "" {
+	if isMemory(c.storeURL) {
 		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil
 	}
 	if strings.HasPrefix(c.storeURL, "redis") {
@@ -272,6 +282,23 @@ func openStore(ctx context.Context, c serveConfig, log *slog.Logger) (sluice.Sto
 	}
 	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
 }
+
+// pinger is a store that can tell whether it answers: the Redis store, and the breaker and
+// hot-key guards over it.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// storeCheck is /readyz's check of st: its Ping, or always up for a store in this process.
+func storeCheck(st sluice.Store) func(context.Context) error {
+	if p, ok := st.(pinger); ok {
+		return p.Ping
+	}
+	return func(context.Context) error { return nil }
+}
+
+// isMemory tells whether --store names the memory store.
+func isMemory(storeURL string) bool { return storeURL == "memory" || storeURL == "" }
 
 // mustPolicy compiles a policy built into the binary.
 func mustPolicy(yml string) *policy.Snapshot {

@@ -115,7 +115,8 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweepInterval = d } }
 
 // New returns a Store. With a snapshot path it first loads what the file holds; a missing file
-// is a clean start, and a corrupt or truncated one is logged and read as far as it is sound.
+// is a clean start, and of a damaged or truncated one every sound record is read, the damage
+// logged, and the file renamed to path.damaged-TIME so that the next save does not replace it.
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), log: slog.Default(), sweepInterval: time.Second, stop: make(chan struct{})}
 	for i := range s.shards {

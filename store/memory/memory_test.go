@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,8 +384,8 @@ func TestDamagedSnapshot(t *testing.T) {
 		logged  string
 	}{
 		{"truncated in the middle", data[:len(data)/2], 50, 150, "truncated"},
-		{"flipped byte", flip(data, len(data)/3), 20, 120, "checksum"},
-		{"no end record", data[:len(data)-8], 200, 200, "truncated"}, // the end record is 8 bytes
+		{"flipped byte", flip(data, len(data)/3), 199, 199, "damaged"}, // the record it hit
+		{"no end record", data[:len(data)-8], 200, 200, "truncated"},   // the end record is 8 bytes
 		{"bad header", append([]byte("NOT-A-SNAPSHOT!!!"), data[17:]...), 0, 0, "bad header"},
 		{"empty file", nil, 0, 0, "bad header"},
 		{"huge length", append([]byte(snapshotMagic), 0xff, 0xff, 0xff, 0xff, 0x0f), 0, 0, "claims"},
@@ -406,6 +408,152 @@ func TestDamagedSnapshot(t *testing.T) {
 			// What was loaded is right, and the store works.
 			if r := apply(t, s, op("k000", p, 0))[0]; r.Remaining != 100 && r.Remaining != 93 {
 				t.Errorf("k000 remaining %d", r.Remaining)
+			}
+		})
+	}
+}
+
+// frame is where one record of a snapshot lies, for tests that damage it.
+type frameSpan struct {
+	off, payload, end int // the length's offset, the payload's, and the next frame's
+	key               string
+}
+
+// framesOf lists the records of a sound snapshot.
+func framesOf(t *testing.T, data []byte) []frameSpan {
+	t.Helper()
+	var out []frameSpan
+	for off := len(snapshotMagic); off < len(data); {
+		size, w := binary.Uvarint(data[off:])
+		if w <= 0 || off+w+int(size)+4 > len(data) {
+			t.Fatalf("no sound frame at byte %d", off)
+		}
+		payload := data[off+w : off+w+int(size)]
+		next := off + w + int(size) + 4
+		f := frameSpan{off: off, payload: off + w, end: next}
+		if payload[0] != recEnd {
+			k, w := binary.Uvarint(payload[1:])
+			f.key = string(payload[1+w : 1+w+int(k)])
+		}
+		out = append(out, f)
+		off = next
+	}
+	return out
+}
+
+// TestDamagedRecordsAreSkipped: damage in one record, wherever it falls (payload, checksum, or
+// the length that frames it), costs that record only: every other is restored, the skipped
+// count is logged, and the damaged file is kept aside rather than overwritten.
+func TestDamagedRecordsAreSkipped(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	dir := t.TempDir()
+	sound := filepath.Join(dir, "sound.snap")
+	s := newStore(c, WithSnapshot(sound, 0))
+	p := params(t, algorithm.FixedWindow, 100, time.Hour)
+	const keys = 200
+	for i := range keys {
+		apply(t, s, op(fmt.Sprintf("k%03d", i), p, 7))
+	}
+	s.Close()
+	data, err := os.ReadFile(sound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := framesOf(t, data)
+	byKey := map[string]frameSpan{}
+	for _, f := range frames {
+		byKey[f.key] = f
+	}
+	end := frames[len(frames)-1]
+	damage := func(edit func(b []byte)) []byte {
+		b := bytes.Clone(data)
+		edit(b)
+		return b
+	}
+	cases := []struct {
+		name    string
+		data    []byte
+		lost    []string // keys that must come back fresh
+		skipped string   // the count logged
+	}{
+		{"payload byte", damage(func(b []byte) { b[byKey["k100"].payload+3] ^= 0x55 }), []string{"k100"}, "skipped=1"},
+		{"checksum", damage(func(b []byte) { b[byKey["k100"].end-2] ^= 0xff }), []string{"k100"}, "skipped=1"},
+		{"length shorter", damage(func(b []byte) { b[byKey["k100"].off] -= 3 }), []string{"k100"}, "skipped=1"},
+		{"length longer", damage(func(b []byte) { b[byKey["k100"].off] += 9 }), []string{"k100"}, "skipped=1"},
+		{"length of many bytes", damage(func(b []byte) { b[byKey["k100"].off] |= 0x80 }), []string{"k100"}, "skipped=1"},
+		{"two records", damage(func(b []byte) {
+			b[byKey["k050"].payload+1] ^= 0x01
+			b[byKey["k150"].off] = 0
+		}), []string{"k050", "k150"}, "skipped=2"},
+		{"zeros over three records", damage(func(b []byte) {
+			first := byKey["k010"]
+			for i := first.off; i < first.off+3*(first.end-first.off)-5; i++ {
+				b[i] = 0
+			}
+		}), nil, "skipped=3"}, // which keys lie there depends on map order; counted below
+		{"end record", damage(func(b []byte) { b[end.payload] ^= 0x01 }), nil, "skipped=unknown"},
+		// A long stretch of noise between two records (a misplaced block): all records are
+		// found on the far side, and nothing is counted lost.
+		{"noise", func() []byte {
+			at := byKey["k100"].off
+			noise := make([]byte, 1<<20)
+			rand.NewChaCha8([32]byte{1}).Read(noise)
+			return slices.Concat(data[:at], noise, data[at:])
+		}(), nil, "skipped=0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "memory.snapshot")
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			s := newStore(c, WithSnapshot(path, 0), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			lost := map[string]bool{}
+			for _, k := range tc.lost {
+				lost[k] = true
+			}
+			restored := 0
+			for i := range keys {
+				k := fmt.Sprintf("k%03d", i)
+				r := apply(t, s, op(k, p, 0))[0]
+				switch {
+				case r.Remaining == 93:
+					restored++
+					if lost[k] {
+						t.Errorf("%s came back from a damaged record", k)
+					}
+				case r.Remaining != 100 || !lost[k] && tc.lost != nil:
+					t.Errorf("%s: remaining %d after load", k, r.Remaining)
+				}
+			}
+			wantRestored := keys - len(tc.lost)
+			if tc.name == "zeros over three records" {
+				wantRestored = keys - 3
+			}
+			if restored != wantRestored {
+				t.Errorf("restored %d keys, want %d", restored, wantRestored)
+			}
+			log := logs.String()
+			if !strings.Contains(log, "level=ERROR") || !strings.Contains(log, tc.skipped) {
+				t.Errorf("log %q does not report %q", log, tc.skipped)
+			}
+			// The damaged file is kept aside, byte for byte, and not overwritten by the next save.
+			aside, _ := filepath.Glob(path + ".damaged-*")
+			if len(aside) != 1 || !strings.Contains(log, "kept_aside="+aside[0]) {
+				t.Fatalf("damaged file kept aside as %v; log %q", aside, log)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if kept, _ := os.ReadFile(aside[0]); !bytes.Equal(kept, tc.data) {
+				t.Error("the file kept aside is not the damaged file")
+			}
+			s2 := newStore(c, WithSnapshot(path, 0))
+			defer s2.Close()
+			if s2.Len() != restored {
+				t.Errorf("the next save holds %d keys, want the %d restored", s2.Len(), restored)
 			}
 		})
 	}

@@ -10,16 +10,19 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
 )
 
 // The snapshot format is our own because it is the store's core: a header, then one record per
 // key, each framed as uvarint(length) payload crc32c(payload), then an end record with the
-// count. Per-record checksums let a reader keep every sound record before damage, which a
-// single gob or JSON document would lose whole.
+// count. Per-record checksums let a reader keep every sound record, before and after damage
+// (see resync), which a single gob or JSON document would lose whole.
 const snapshotMagic = "SLUICE-SNAPSHOT\x00\x01"
 
+// Record kinds, the first byte of a payload. A new kind must be known to loadRecord, and to
+// verifies, or reading would never resume at a record of that kind after damage.
 const (
 	recBucket = 'b'
 	// recIdem is an idempotency record bound to its batch's fingerprint. recIdemUnbound is
@@ -28,8 +31,7 @@ const (
 	recIdem        = 'f'
 	recIdemUnbound = 'i'
 	recEnd         = 'e'
-	// maxRecord bounds a record's claimed length so a corrupt length cannot make us allocate
-	// gigabytes.
+	// maxRecord bounds a record's length: a longer claim is damage.
 	maxRecord = 64 << 20
 )
 
@@ -168,7 +170,9 @@ func encodeIdem(dst []byte, k string, e *idemEntry) []byte {
 	return dst
 }
 
-// loadFile reads a snapshot into the store, logging what it could not read.
+// loadFile reads a snapshot into the store, logging what it could not read. A file it could not
+// read whole is kept aside under a name of its own (see keepAside): the next save would
+// otherwise overwrite the only copy of what was skipped.
 func (s *Store) loadFile(path string) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -178,70 +182,225 @@ func (s *Store) loadFile(path string) {
 		s.log.Error("memory store: open snapshot; starting empty", "path", path, "err", err)
 		return
 	}
-	defer f.Close()
 	n, err := s.ReadSnapshot(f)
-	if err != nil {
-		s.log.Error("memory store: snapshot damaged; kept the records before the damage", "path", path, "loaded", n, "err", err)
+	f.Close()
+	if err == nil {
+		s.log.Info("memory store: snapshot loaded", "path", path, "records", n)
 		return
 	}
-	s.log.Info("memory store: snapshot loaded", "path", path, "records", n)
+	attrs := []any{"path", path, "loaded", n}
+	var de *DamageError
+	if errors.As(err, &de) {
+		skipped := any("unknown")
+		if de.Skipped >= 0 {
+			skipped = de.Skipped
+		}
+		attrs = append(attrs, "skipped", skipped, "damaged_bytes", de.Bytes)
+	}
+	aside, renameErr := s.keepAside(path)
+	if renameErr != nil {
+		s.log.Error("memory store: could not keep the damaged snapshot aside; the next save replaces it", "path", path, "err", renameErr)
+	} else {
+		attrs = append(attrs, "kept_aside", aside)
+	}
+	s.log.Error("memory store: snapshot damaged; loaded every sound record, skipped the damaged ones", append(attrs, "err", err)...)
+}
+
+// keepAside renames a damaged snapshot to path.damaged-TIME (the store's clock, UTC), so that
+// it can be examined or repaired while the store saves a fresh one.
+func (s *Store) keepAside(path string) (string, error) {
+	aside := path + ".damaged-" + time.UnixMicro(s.clock()).UTC().Format("20060102T150405.000000Z")
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	return aside, nil
 }
 
 // ErrSnapshotDamaged is wrapped by ReadSnapshot's errors about the file's content.
 var ErrSnapshotDamaged = errors.New("snapshot damaged")
 
+// DamageError is ReadSnapshot's account of the damage it read past. It wraps
+// ErrSnapshotDamaged.
+type DamageError struct {
+	// First is the first problem met.
+	First error
+	// Skipped is how many records were lost, by the end record's count, or -1 when the end
+	// record was not read (the file ends early, or the end record itself is damaged).
+	Skipped int
+	// Regions is how many damaged stretches were skipped, and Bytes their total length.
+	Regions, Bytes int
+}
+
+func (e *DamageError) Error() string {
+	msg := fmt.Sprintf("%v: %v", ErrSnapshotDamaged, e.First)
+	if e.Regions > 0 {
+		msg += fmt.Sprintf(" (%d damaged stretch(es), %d bytes skipped", e.Regions, e.Bytes)
+		if e.Skipped >= 0 {
+			msg += fmt.Sprintf(", %d record(s) lost", e.Skipped)
+		}
+		msg += ")"
+	}
+	return msg
+}
+
+func (e *DamageError) Unwrap() error { return ErrSnapshotDamaged }
+
 // ReadSnapshot loads the records of a snapshot into the store, skipping keys already idle, and
-// returns how many it read. On a damaged or truncated file it keeps the records before the
-// damage and returns an error saying where.
+// returns how many records it read. A damaged record is skipped and reading resumes at the next
+// sound one (see resync), so damage costs the records it touches, not every later one; the
+// error, a *DamageError, then says what was skipped.
 func (s *Store) ReadSnapshot(r io.Reader) (int, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
-	head := make([]byte, len(snapshotMagic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != snapshotMagic {
-		return 0, fmt.Errorf("%w: not a Sluice snapshot (bad header)", ErrSnapshotDamaged)
+	// Whole, because resynchronising looks ahead of a damaged record. The file is an encoding
+	// of the store's own state, so it fits beside it.
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	if !bytes.HasPrefix(data, []byte(snapshotMagic)) {
+		return 0, &DamageError{First: errors.New("not a Sluice snapshot (bad header)"), Skipped: -1}
 	}
 	now := s.clock()
-	var buf bytes.Buffer
-	for n := 0; ; n++ {
-		size, err := binary.ReadUvarint(br)
-		if err != nil {
-			return n, fmt.Errorf("%w: truncated after %d records (no end record)", ErrSnapshotDamaged, n)
+	var damage *DamageError
+	noteDamage := func(from, to int, err error) {
+		if damage == nil {
+			damage = &DamageError{First: err, Skipped: -1}
 		}
-		if size == 0 || size > maxRecord {
-			return n, fmt.Errorf("%w: record %d claims %d bytes", ErrSnapshotDamaged, n, size)
+		damage.Regions++
+		damage.Bytes += to - from
+	}
+	budget := resyncBudget(len(data))
+	largest := 0 // the longest sound record so far, for resync
+	n := 0
+	for off := len(snapshotMagic); ; {
+		if off == len(data) {
+			err := fmt.Errorf("truncated after %d records (no end record)", n)
+			if damage == nil {
+				return n, &DamageError{First: err, Skipped: -1}
+			}
+			return n, damage
 		}
-		// Grow with the bytes that really arrive, not with what a damaged length claims.
-		buf.Reset()
-		if _, err := io.CopyN(&buf, br, int64(size)); err != nil {
-			return n, fmt.Errorf("%w: record %d truncated", ErrSnapshotDamaged, n)
-		}
-		payload := buf.Bytes()
-		var sum [4]byte
-		if _, err := io.ReadFull(br, sum[:]); err != nil {
-			return n, fmt.Errorf("%w: record %d truncated", ErrSnapshotDamaged, n)
-		}
-		if binary.LittleEndian.Uint32(sum[:]) != crc32.Checksum(payload, crcTable) {
-			return n, fmt.Errorf("%w: record %d fails its checksum", ErrSnapshotDamaged, n)
-		}
-		switch payload[0] {
-		case recEnd:
+		payload, next, err := frameAt(data, off)
+		if err == nil && payload[0] == recEnd {
 			want, _ := binary.Uvarint(payload[1:])
-			if want != uint64(n) {
-				return n, fmt.Errorf("%w: end record counts %d records, read %d", ErrSnapshotDamaged, want, n)
+			switch {
+			case damage == nil && want == uint64(n):
+				return n, nil
+			case damage == nil:
+				return n, &DamageError{First: fmt.Errorf("end record counts %d records, read %d", want, n), Skipped: -1}
+			case want >= uint64(n) && want-uint64(n) <= uint64(len(data)):
+				damage.Skipped = int(want - uint64(n))
 			}
-			return n, nil
-		case recBucket:
-			if err := s.loadBucket(payload[1:], now); err != nil {
-				return n, fmt.Errorf("%w: record %d: %v", ErrSnapshotDamaged, n, err)
+			return n, damage
+		}
+		if err == nil {
+			err = s.loadRecord(payload, now)
+		}
+		if err != nil {
+			resume := resync(data, off, next, max(largest, minResyncRecord), &budget)
+			if resume < 0 {
+				noteDamage(off, len(data), fmt.Errorf("record at byte %d: %w", off, err))
+				return n, damage
 			}
-		case recIdem:
-			if err := s.loadIdem(payload[1:], now); err != nil {
-				return n, fmt.Errorf("%w: record %d: %v", ErrSnapshotDamaged, n, err)
-			}
-		case recIdemUnbound: // sound, counted, dropped
-		default:
-			return n, fmt.Errorf("%w: record %d has unknown kind %q", ErrSnapshotDamaged, n, payload[0])
+			noteDamage(off, resume, fmt.Errorf("record at byte %d: %w", off, err))
+			off = resume
+			continue
+		}
+		n++
+		largest = max(largest, len(payload))
+		off = next
+	}
+}
+
+// frameAt reads the frame at off: uvarint(length) payload crc32c(payload). It returns the
+// payload and where the next frame starts, or an error and, when the length could be read,
+// where that length says the frame ends.
+func frameAt(data []byte, off int) (payload []byte, next int, err error) {
+	size, w := binary.Uvarint(data[off:])
+	if w <= 0 {
+		return nil, -1, errors.New("truncated length")
+	}
+	if size == 0 || size > maxRecord {
+		return nil, -1, fmt.Errorf("claims %d bytes", size)
+	}
+	start := off + w
+	end := start + int(size)
+	if end+4 > len(data) {
+		return nil, -1, errors.New("truncated")
+	}
+	payload = data[start:end]
+	if binary.LittleEndian.Uint32(data[end:]) != crc32.Checksum(payload, crcTable) {
+		return nil, end + 4, errors.New("fails its checksum")
+	}
+	return payload, end + 4, nil
+}
+
+// loadRecord loads a bucket or idempotency record.
+func (s *Store) loadRecord(payload []byte, now int64) error {
+	switch payload[0] {
+	case recBucket:
+		return s.loadBucket(payload[1:], now)
+	case recIdem:
+		return s.loadIdem(payload[1:], now)
+	case recIdemUnbound: // sound, counted, dropped
+		return nil
+	}
+	return fmt.Errorf("unknown kind %q", payload[0])
+}
+
+// resync finds where reading resumes after the damaged record at off: the first offset past it
+// where a whole frame verifies, that is a sane length, a known kind and a matching checksum.
+// The file keeps no marker between records (so files written before this reader still read);
+// the checksum is the marker: a stretch of damage passes for a record only if a CRC-32C of 32
+// bits happens to match, and a record so misread ends at a frame that does not verify, which
+// resynchronises again. next, where the damaged record's own length says it ends, is tried
+// first: when only the payload is damaged, the next record starts there.
+//
+// The scan checksums only at offsets whose length and kind look right, and only lengths up to
+// longest (the longest sound record so far, or minResyncRecord): in noise, a length read from
+// random bytes is often megabytes, and checksumming that much at every offset would make the
+// scan quadratic. The price is that a record longer than any before it, right after damage,
+// is skipped with it. budget caps the bytes checksummed in all, as a last bound on time. It
+// returns -1 when no frame verifies before the end or the budget runs out.
+func resync(data []byte, off, next, longest int, budget *int) int {
+	if next > off && next < len(data) && verifies(data, next, maxRecord, budget) {
+		return next
+	}
+	for p := off + 1; p < len(data) && *budget > 0; p++ {
+		if verifies(data, p, longest, budget) {
+			return p
 		}
 	}
+	return -1
+}
+
+// minResyncRecord is the longest record resync looks for before it has read a longer one: far
+// above a bucket (tens of bytes) or an idempotency record, and a sliding log of thousands of
+// entries.
+const minResyncRecord = 64 << 10
+
+// resyncBudget is the checksum work resync may spend on a file of size bytes: a multiple of
+// the file, which CRC-32C (in hardware on amd64 and arm64) reads at gigabytes a second.
+func resyncBudget(size int) int { return 64<<20 + 16*size }
+
+// verifies tells whether a frame of at most longest bytes that passes every check starts at p.
+func verifies(data []byte, p, longest int, budget *int) bool {
+	size, w := binary.Uvarint(data[p:])
+	if w <= 0 || size < 2 || size > uint64(longest) || p+w+int(size)+4 > len(data) {
+		return false
+	}
+	payload := data[p+w : p+w+int(size)]
+	switch payload[0] {
+	case recBucket, recIdem, recIdemUnbound:
+		// Every such record starts with its key's length, which fits in the record.
+		if k, kw := binary.Uvarint(payload[1:]); kw <= 0 || k > uint64(len(payload)) {
+			return false
+		}
+	case recEnd:
+	default:
+		return false
+	}
+	*budget -= len(payload)
+	return binary.LittleEndian.Uint32(data[p+w+int(size):]) == crc32.Checksum(payload, crcTable)
 }
 
 // decoder reads varints from a record, remembering the first error.

@@ -15,7 +15,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -74,9 +73,6 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 	s.pool.New = func() any { return new(call) }
 	return s
 }
-
-// Register adds the service to gs.
-func (s *Server) Register(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, s) }
 
 // call is the per-request state that is pooled: the engine request, its decision with the
 // engine's own buffers, and the backing arrays the request's slices point into.

@@ -207,7 +207,8 @@ func (s *Server) respond(d *sluice.DescriptorDecision) *rlsv3.RateLimitResponse 
 
 	// The headers describe the descriptor closest to its limit, chosen as the reference does:
 	// the last one over its limit, else the first with the least remaining, among those that
-	// had a limit; a remaining of MaxUint32 never qualifies, as its search starts there.
+	// had a limit; a remaining of MaxUint32 never qualifies, as its search starts there. A
+	// quota_mode descriptor over its limit counts only by its remaining (0), as there.
 	header := -1
 	least := uint32(math.MaxUint32)
 	for i := range d.Statuses {
@@ -229,7 +230,7 @@ func (s *Server) respond(d *sluice.DescriptorDecision) *rlsv3.RateLimitResponse 
 		lim.Name, lim.RequestsPerUnit, lim.Unit = st.Name, st.RequestsPerUnit, unitEnum(st.Unit)
 		reset.Seconds = ceilSeconds(st.ResetAfter)
 		out.CurrentLimit, out.DurationUntilReset = lim, reset
-		if !st.OK || out.LimitRemaining < least {
+		if (!st.OK && !st.Quota) || out.LimitRemaining < least {
 			header, least = i, out.LimitRemaining
 		}
 	}

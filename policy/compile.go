@@ -43,7 +43,8 @@ type Snapshot struct {
 	byName     map[string]*CompiledRule
 	index      ruleIndex
 	overrides  map[target][]*compiledOverride
-	shapes     []shape // the target shapes overrides use, most specific first (see matchOverrides)
+	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 	exemptions exemptions
 	envoy      *envoyconf.Config
 }
@@ -169,6 +170,12 @@ func compile(cfgs []*Config, errs *errorList) *Snapshot {
 				continue
 			}
 			s.overrides[o.target] = append(s.overrides[o.target], o)
+			if o.apiKey != "" {
+				if s.apiKeys == nil {
+					s.apiKeys = map[string]string{}
+				}
+				s.apiKeys[o.apiKey] = o.apiKey
+			}
 			if !seen[o.shape] {
 				seen[o.shape] = true
 				s.shapes = append(s.shapes, o.shape)
@@ -523,16 +530,11 @@ func (a shape) moreSpecific(b shape) bool {
 	return a > b
 }
 
-// secretKey is an API key in the hashed form key.AppendSecret writes ('#' and 32 hex digits):
-// an override's target holds it so, never the key itself, and a fixed array keeps a lookup by
-// target free of allocation.
-type secretKey [33]byte
-
 // target is where an override applies: the values of the attributes its shape names, the
-// others empty.
+// others empty. The API key is in the hashed form key.AppendSecret writes, never the key
+// itself.
 type target struct {
-	tenant, user, endpoint string
-	apiKey                 secretKey
+	tenant, user, endpoint, apiKey string
 }
 
 type compiledOverride struct {
@@ -578,7 +580,7 @@ func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, []error) {
 		}
 	}
 	if o.APIKey != "" {
-		copy(c.apiKey[:], key.AppendSecret(nil, o.APIKey))
+		c.apiKey = string(key.AppendSecret(nil, o.APIKey))
 	}
 	if c.shape == 0 {
 		bad("tenant", "an override needs a target: tenant, user, api_key or endpoint")

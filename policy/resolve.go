@@ -81,10 +81,11 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 // The result lives in sc and is valid until sc is used again.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
-	sc.ovs = sc.ovs[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])
-	if len(sc.cands) > 0 && len(s.overrides) > 0 {
-		sc.ovs = s.matchOverrides(r, sc.ovs, sc.apiKeyPart)
+	// Most policies have no overrides: then sc.ovs is neither read nor written.
+	overrides := len(s.shapes) > 0
+	if overrides && len(sc.cands) > 0 {
+		sc.ovs = s.matchOverrides(r, sc.ovs[:0], sc.apiKeyPart)
 	}
 	if len(sc.cands) > 1 {
 		slices.Sort(sc.cands)
@@ -109,7 +110,7 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		l := &sc.Limits[n]
 		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
 		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
-		if len(sc.ovs) > 0 {
+		if overrides && len(sc.ovs) > 0 {
 			s.applyOverride(l, sc.ovs, now, sc)
 		}
 		sc.keys = rule.appendKey(sc.keys, r, sc)
@@ -135,7 +136,7 @@ func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason st
 	}
 	// On the stack: this runs for requests that no rule matched, with no Scratch to work in.
 	var lists [16][]*compiledOverride
-	var secret [len(secretKey{})]byte
+	var secret [64]byte
 	hash := func(v string) []byte { return key.AppendSecret(secret[:0], v) }
 	if o := findOverride(s.matchOverrides(r, lists[:0], hash), "", now); o != nil && o.kind == overrideBan {
 		return o.expiresAt, o.Reason, true
@@ -148,8 +149,7 @@ func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason st
 // request's API key (see Scratch.apiKeyPart); it is called only when an override names an API
 // key, and only once.
 func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash func(string) []byte) [][]*compiledOverride {
-	var apiKey secretKey
-	hashed := false
+	apiKey, hashed := "", false
 	for _, sh := range s.shapes {
 		var t target
 		if sh&shapeTenant != 0 {
@@ -171,12 +171,13 @@ func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash fu
 			t.endpoint = r.Endpoint
 		}
 		if sh&shapeAPIKey != 0 {
-			if r.APIKey == "" {
-				continue
+			if !hashed && r.APIKey != "" {
+				// The lookup by string(bytes) does not allocate, and gives the key as the
+				// targets hold it; a key no override names matches no API-key shape.
+				apiKey, hashed = s.apiKeys[string(hash(r.APIKey))], true
 			}
-			if !hashed {
-				copy(apiKey[:], hash(r.APIKey))
-				hashed = true
+			if apiKey == "" {
+				continue
 			}
 			t.apiKey = apiKey
 		}

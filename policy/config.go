@@ -162,8 +162,12 @@ func parseConfig(file string, data []byte) (*Config, []error) {
 		return nil, []error{&FieldError{File: file, Field: "rules", Msg: "empty file"}}
 	}
 	doc := root.Content[0]
-	fc := fieldChecker{file: file, lines: map[string]int{}, bad: map[string]bool{}}
+	fc := fieldChecker{file: file, lines: map[string]int{}, bad: map[string]bool{}, budget: nodeBudget(len(data))}
 	fc.check(doc, reflect.TypeFor[Config](), "")
+	if fc.budget < 0 {
+		// The decoder would expand the same aliases: do not let it.
+		return nil, fc.errs
+	}
 	cfg := &Config{file: file, lines: fc.lines, bad: fc.bad}
 	if err := doc.Decode(cfg); err != nil {
 		var te *yaml.TypeError
@@ -180,11 +184,17 @@ func parseConfig(file string, data []byte) (*Config, []error) {
 // kind, with its line. yaml.v3 is strict only through Decoder.KnownFields, which stops at the
 // first unknown field and gives no field path.
 type fieldChecker struct {
-	file  string
-	lines map[string]int
-	bad   map[string]bool
-	errs  []error
+	file   string
+	lines  map[string]int
+	bad    map[string]bool
+	errs   []error
+	budget int // nodes left to visit, aliases expanded
 }
+
+// nodeBudget bounds the YAML nodes visited in a file of size bytes, aliases included, so that
+// a document of aliases repeated at every level is refused instead of expanded. A file without
+// aliases cannot hold more nodes than it has bytes, so the bound stops only alias expansion.
+func nodeBudget(size int) int { return 4*size + 4096 }
 
 func (fc *fieldChecker) fail(line int, path, msg string) {
 	fc.bad[path] = true
@@ -199,6 +209,12 @@ func (fc *fieldChecker) check(n *yaml.Node, t reflect.Type, path string) {
 	}
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
+	}
+	if fc.budget--; fc.budget < 0 {
+		if fc.budget == -1 {
+			fc.errs = append(fc.errs, &FieldError{File: fc.file, Line: n.Line, Field: orTop(path), Msg: "aliases expand to too many YAML nodes"})
+		}
+		return
 	}
 	bad := func(msg string) { fc.fail(n.Line, path, msg) }
 	switch t {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,5 +162,23 @@ func TestVersionIgnoresPathSpelling(t *testing.T) {
 	}
 	if changed.Version == versions["p.yaml"] {
 		t.Error("a change of content kept the version")
+	}
+}
+
+// TestAliasExpansionRefused: aliases repeated at two levels (20,000 rules sharing a map of
+// 20,000 tiers) would have the checker visit 400 million nodes; it refuses the file instead.
+func TestAliasExpansionRefused(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("tiers: &t {")
+	for i := range 20000 {
+		fmt.Fprintf(&b, "t%d: {limit: 1}, ", i)
+	}
+	b.WriteString("}\nrule: &r {name: a, limit: 1, period: 1s, tiers: *t}\nrules: [")
+	b.WriteString(strings.Repeat("*r, ", 20000))
+	b.WriteString("]\n")
+	_, err := LoadFiles(map[string][]byte{"bomb.yaml": []byte(b.String())})
+	if err == nil || !strings.Contains(err.Error(), "aliases expand to too many YAML nodes") {
+		t.Fatalf("error %v, want the aliases refused", err)
 	}
 }

@@ -79,6 +79,14 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 
 // Resolve finds the limits that apply to r at now (for override expiry) and builds their keys.
 // The result lives in sc and is valid until sc is used again.
+//
+// Each limit takes the live override of the most specific target that r matches (a target
+// matches when r carries every value it names). More attributes named is more specific; between
+// as many, the one naming the more specific attribute, in the order api_key, user, tenant,
+// endpoint. In full: api_key+user+tenant+endpoint; api_key+user+tenant, api_key+user+endpoint,
+// api_key+tenant+endpoint, user+tenant+endpoint; api_key+user, api_key+tenant,
+// api_key+endpoint, user+tenant, user+endpoint, tenant+endpoint; api_key, user, tenant,
+// endpoint. At one target, an override naming the limit's rule beats one for every rule.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])

@@ -43,10 +43,10 @@ type Snapshot struct {
 	byName     map[string]*CompiledRule
 	index      ruleIndex
 	overrides  map[target][]*compiledOverride
-	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
-	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 	exemptions exemptions
 	envoy      *envoyconf.Config
+	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 }
 
 // CompiledRule is a Rule ready to apply.

@@ -28,6 +28,7 @@ const (
 	FailLocal                        // decide with an in-process limiter of the same parameters
 )
 
+// String returns the mode as a file writes it.
 func (m StoreErrorMode) String() string {
 	switch m {
 	case FailClosed:

@@ -56,6 +56,10 @@ type DescriptorStatus struct {
 	Remaining       uint32
 	ResetAfter      time.Duration
 	Shadow          bool // a shadow limit that would have denied
+	// Quota is set for a limit in quota_mode. Such a descriptor over its limit is not OK, yet
+	// the request is denied for it only when every quota_mode descriptor of the request is over
+	// (see CheckDescriptors).
+	Quota bool
 }
 
 // DescriptorDecision is the answer to a DescriptorRequest. Like Decision it keeps its buffers
@@ -67,7 +71,9 @@ type DescriptorDecision struct {
 
 	limits []*envoyconf.Limit
 	ops    []store.Op
-	opOf   []int // ops[i] decides Statuses[opOf[i]]
+	opOf   []int    // ops[i] decides Statuses[opOf[i]]
+	kinds  []opKind // kinds[i] says how ops[i] takes part in the decision
+	batch  store.Batch
 	algo   []algorithm.Result
 	keys   []byte
 	spans  [][2]int
@@ -80,8 +86,26 @@ const unlimitedRemaining = math.MaxUint32
 // maxDescriptors bounds one request; Envoy sends a handful, so more is abuse, not traffic.
 const maxDescriptors = 256
 
+// opKind says how an op of a descriptor request takes part in its decision.
+type opKind uint8
+
+const (
+	opLimit       opKind = iota // denies the request when over (unless a shadow)
+	opQuota                     // quota_mode: denies only when every quota op is over
+	opShadowQuota               // quota_mode and shadow_mode: a quota op that is never over
+)
+
 // CheckDescriptors decides an Envoy-style request: every descriptor's limit is applied in one
 // atomic step, and a denied request consumes nothing from any of them.
+//
+// Limits in quota_mode follow Envoy's reference service: such a descriptor over its limit is
+// OVER_LIMIT in its own status, but the request is denied only when every quota_mode
+// descriptor is over (or, as always, when any other limit is). The quota descriptors that are
+// over consume nothing; when the request is allowed, the others consume as usual.
+//
+// When the store fails, each limit follows its on_store_error (an extension of the format,
+// see envoyconf.StoreErrorMode): open allows, closed denies, local decides with the Limiter's
+// fallback store; the decision is marked Degraded.
 func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d *DescriptorDecision) error {
 	if r.Domain == "" {
 		return &policy.FieldError{Field: "domain", Msg: "required"}
@@ -100,7 +124,7 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		}
 	}
 	d.OK, d.Degraded = true, false
-	d.Statuses, d.limits, d.ops, d.opOf = d.Statuses[:0], d.limits[:0], d.ops[:0], d.opOf[:0]
+	d.Statuses, d.limits, d.ops, d.opOf, d.kinds = d.Statuses[:0], d.limits[:0], d.ops[:0], d.opOf[:0], d.kinds[:0]
 	d.keys, d.spans, d.params = d.keys[:0], d.spans[:0], d.params[:0]
 
 	cfg := l.policy.Load().Envoy()
@@ -159,8 +183,17 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		}
 		d.spans = append(d.spans, [2]int{start, len(d.keys)})
 		shadow := lim != nil && lim.Shadow && desc.Limit == nil
+		kind := opLimit
+		if lim != nil && lim.QuotaMode && desc.Limit == nil {
+			// As in the reference, a per-request limit override is never in quota mode.
+			st.Quota, kind = true, opQuota
+			if shadow {
+				kind = opShadowQuota
+			}
+		}
 		d.ops = append(d.ops, store.Op{Params: params, Cost: int64(cost), Shadow: shadow})
 		d.opOf = append(d.opOf, i)
+		d.kinds = append(d.kinds, kind)
 	}
 	if len(d.ops) == 0 {
 		return nil
@@ -175,29 +208,163 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		}
 	}
 	d.algo = resize(d.algo, len(d.ops))
-	if _, err := l.store.Apply(ctx, &store.Batch{Ops: d.ops}, d.algo); err != nil {
+	if err := applyDescriptorOps(ctx, l.store, &d.batch, d.ops, d.kinds, d.algo); err != nil {
 		if l.onError != nil {
 			l.onError(err)
 		}
-		// Envoy-format limits have no on_store_error: they fail open, as Envoy's own
-		// failure_mode_deny: false does.
-		d.Degraded = true
-		for i := range d.algo {
-			d.algo[i] = algorithm.Result{Allowed: true, Remaining: d.ops[i].Params.Capacity()}
+		if err := l.degradeDescriptors(ctx, r, d, err); err != nil {
+			return err
 		}
 	}
+	quotas, quotasOver := 0, 0
 	for i, n := range d.opOf {
-		st, a := &d.Statuses[n], &d.algo[i]
+		st, a, op := &d.Statuses[n], &d.algo[i], &d.ops[i]
 		st.Remaining = uint32(min(a.Remaining, unlimitedRemaining))
 		st.ResetAfter = micros(a.ResetAfter)
-		if !a.Allowed {
-			st.ResetAfter = max(st.ResetAfter, micros(a.RetryAfter))
-			if d.ops[i].Shadow {
+		if d.kinds[i] != opLimit {
+			quotas++
+		}
+		if a.Allowed {
+			continue
+		}
+		st.ResetAfter = max(st.ResetAfter, micros(a.RetryAfter))
+		switch d.kinds[i] {
+		case opQuota:
+			st.OK = false
+			quotasOver++
+		case opShadowQuota:
+			st.Shadow = true
+		default:
+			if op.Shadow {
 				st.Shadow = true
 				continue
 			}
-			st.OK, d.OK = false, false
+			st.OK = false
 		}
+		if !op.Shadow {
+			// The store denied the batch: nothing was consumed, so the request is denied.
+			d.OK = false
+		}
+	}
+	if quotas > 0 && quotasOver == quotas {
+		d.OK = false
+	}
+	return nil
+}
+
+// applyDescriptorOps applies ops to st in one batch, following quota_mode (kinds[i] for
+// ops[i]) without ever consuming for a request it denies:
+//
+//   - A request whose only consuming ops are quota ops sends them as shadow ops: one over its
+//     limit neither denies the batch nor consumes, and the request is denied, having consumed
+//     nothing, only when all of them are over.
+//   - A request with other consuming ops sends the quota ops as ordinary ops, so that a batch
+//     the request is denied for consumes nothing. Only when some quota ops, not all, were over
+//     and nothing else denied is the request allowed after all: the batch is then applied
+//     again with those quota ops as shadows, a second round trip that only this case pays.
+//
+// It leaves in ops[i].Shadow how each op was last applied, which CheckDescriptors reads.
+func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops []store.Op, kinds []opKind, res []algorithm.Result) error {
+	quotas, consuming := 0, false
+	for i := range ops {
+		if kinds[i] == opLimit {
+			consuming = consuming || ops[i].Cost > 0
+		} else {
+			quotas++
+		}
+	}
+	if quotas > 0 && !consuming {
+		for i := range ops {
+			if kinds[i] == opQuota {
+				ops[i].Shadow = true
+			}
+		}
+	}
+	*b = store.Batch{Ops: ops}
+	if _, err := st.Apply(ctx, b, res); err != nil {
+		return err
+	}
+	if quotas == 0 || !consuming {
+		return nil
+	}
+	over := 0
+	for i := range ops {
+		if res[i].Allowed || ops[i].Shadow {
+			continue
+		}
+		if kinds[i] != opQuota {
+			return nil // denied by a limit
+		}
+		over++
+	}
+	if over == 0 || over == quotas {
+		return nil // allowed, or denied with every quota over
+	}
+	for i := range ops {
+		if kinds[i] == opQuota && !res[i].Allowed {
+			ops[i].Shadow = true
+		}
+	}
+	*b = store.Batch{Ops: ops}
+	_, err := st.Apply(ctx, b, res)
+	return err
+}
+
+// degradeDescriptors decides the ops of a request the store could not, by each limit's
+// on_store_error, as Limiter.degrade does for native rules.
+func (l *Limiter) degradeDescriptors(ctx context.Context, r *DescriptorRequest, d *DescriptorDecision, cause error) error {
+	d.Degraded = true
+	cfg := l.policy.Load().Envoy()
+	var local []int
+	for i, n := range d.opOf {
+		mode := envoyconf.FailOpen
+		if lim := d.limits[n]; lim != nil && r.Descriptors[n].Limit == nil {
+			mode = lim.OnStoreError
+		} else if cfg != nil {
+			// A per-request limit override: the mode in force where its entries lead.
+			mode = cfg.StoreErrorMode(r.Domain, r.Descriptors[n].Entries)
+		}
+		op := &d.ops[i]
+		switch {
+		case mode == envoyconf.FailClosed:
+			d.algo[i] = algorithm.Result{}
+			// A closed quota op is one more quota over, not a denial of the whole batch.
+			op.Shadow = op.Shadow || d.kinds[i] == opQuota
+		case mode == envoyconf.FailLocal && l.fallback != nil:
+			local = append(local, i)
+		default:
+			d.algo[i] = algorithm.Result{Allowed: true, Remaining: op.Params.Capacity()}
+		}
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	// The fallback decides these ops in a batch of their own, rarely and off the hot path:
+	// allocating here is fine. Quota ops go as shadows, so that one over its limit never denies
+	// the others (the quota verdict is taken over all ops above); a request denied because every
+	// quota is over may then have counted its other limits in the local limiter, an
+	// imprecision of the degraded mode only.
+	ops := make([]store.Op, len(local))
+	params := make([]algorithm.Params, len(local))
+	for j, i := range local {
+		ops[j] = d.ops[i]
+		ops[j].Shadow = ops[j].Shadow || d.kinds[i] == opQuota
+		if p := ops[j].Params; l.share > 1 {
+			// Each node's part, at least 1 so every node still serves someone.
+			shared, err := algorithm.NewParams(p.Kind, max(1, p.Limit/l.share), max(1, p.Burst/l.share), time.Duration(p.Period)*time.Microsecond)
+			if err == nil {
+				params[j] = shared
+				ops[j].Params = &params[j]
+			}
+		}
+	}
+	res := make([]algorithm.Result, len(ops))
+	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+		return fmt.Errorf("store: %w; local fallback: %v", cause, err)
+	}
+	for j, i := range local {
+		d.algo[i] = res[j]
+		d.ops[i].Shadow = ops[j].Shadow
 	}
 	return nil
 }

@@ -284,7 +284,7 @@ func TestReload(t *testing.T) {
 	if v := s.policyVersion(); v != v2 {
 		t.Fatalf("version %s after a bad reload, want %s kept", v, v2)
 	}
-	if !strings.Contains(s.log.String(), "limit: must be >= 1") {
+	if !strings.Contains(s.log.String(), "rules[0].limit: must be from 1") {
 		t.Errorf("log does not name the bad field:\n%s", s.log)
 	}
 

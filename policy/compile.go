@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/bits"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +45,8 @@ type Snapshot struct {
 	overrides  map[target][]*compiledOverride
 	exemptions exemptions
 	envoy      *envoyconf.Config
+	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 }
 
 // CompiledRule is a Rule ready to apply.
@@ -81,10 +86,15 @@ func (s *Spec) Nominal() int64 {
 	return s.Limit
 }
 
-// newSpec derives the effective parameters: the hard threshold scales limit and burst.
+// newSpec derives the effective parameters: the hard threshold scales limit and burst. limit
+// and burst are at most algorithm.MaxLimit and hard at most maxHard, so the products stay far
+// inside int64; newSpec checks it again because overrides reach it at run time.
 func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft, hard int64) (Spec, error) {
 	if burst <= 0 || !kind.IsBucket() {
 		burst = limit
+	}
+	if limit < 0 || limit > algorithm.MaxLimit || burst > algorithm.MaxLimit || hard < 1 || hard > maxHard {
+		return Spec{}, fmt.Errorf("%w: limit %d, burst %d, hard %d out of range", algorithm.ErrParams, limit, burst, hard)
 	}
 	p, err := algorithm.NewParams(kind, limit*hard/100, burst*hard/100, period)
 	return Spec{Limit: limit, Burst: burst, Period: period, Soft: soft, Hard: hard, Params: p}, err
@@ -111,17 +121,37 @@ func (s *Snapshot) WithEnvoy(cfg *envoyconf.Config, version string) *Snapshot {
 }
 
 // Compile validates configs, one per file, and builds their Snapshot. Rule names are unique
-// across all of them. Errors name the file, line and field.
+// across all of them. It reports every mistake it finds, each a *FieldError naming the file,
+// the line of the field and the field, joined with errors.Join (at most maxErrors of them).
 func Compile(cfgs ...*Config) (*Snapshot, error) {
+	var errs errorList
+	s := compile(cfgs, &errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// compile builds the snapshot of cfgs, adding every mistake to errs; the snapshot is
+// meaningless when errs is not empty.
+func compile(cfgs []*Config, errs *errorList) *Snapshot {
 	s := &Snapshot{byName: map[string]*CompiledRule{}, overrides: map[target][]*compiledOverride{}}
+	names := map[string]bool{} // of rules with mistakes too, so that a duplicate is still one
 	for _, cfg := range cfgs {
 		for i := range cfg.Rules {
-			r, err := compileRule(&cfg.Rules[i], len(s.rules))
-			if err != nil {
-				return nil, cfg.locate(err, "rules", i)
+			r, rerrs := compileRule(&cfg.Rules[i], len(s.rules))
+			for _, err := range rerrs {
+				errs.add(cfg.locate(err, "rules", i))
 			}
-			if s.byName[r.Name] != nil {
-				return nil, cfg.locate(&FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", r.Name)}, "rules", i)
+			if name := cfg.Rules[i].Name; name != "" {
+				if names[name] {
+					errs.add(cfg.locate(&FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", name)}, "rules", i))
+					continue
+				}
+				names[name] = true
+			}
+			if r == nil {
+				continue
 			}
 			s.byName[r.Name] = r
 			s.rules = append(s.rules, r)
@@ -129,50 +159,163 @@ func Compile(cfgs ...*Config) (*Snapshot, error) {
 	}
 	s.index = buildIndex(s.rules)
 	h := sha256.New()
+	seen := map[shape]bool{}
 	for _, cfg := range cfgs {
 		for i := range cfg.Overrides {
-			o, err := s.compileOverride(&cfg.Overrides[i])
-			if err != nil {
-				return nil, cfg.locate(err, "overrides", i)
+			o, oerrs := s.compileOverride(&cfg.Overrides[i])
+			for _, err := range oerrs {
+				errs.add(cfg.locate(err, "overrides", i))
+			}
+			if o == nil {
+				continue
 			}
 			s.overrides[o.target] = append(s.overrides[o.target], o)
+			if o.apiKey != "" {
+				if s.apiKeys == nil {
+					s.apiKeys = map[string]string{}
+				}
+				s.apiKeys[o.apiKey] = o.apiKey
+			}
+			if !seen[o.shape] {
+				seen[o.shape] = true
+				s.shapes = append(s.shapes, o.shape)
+			}
 		}
 		for i := range cfg.Exemptions {
 			if err := s.exemptions.add(&cfg.Exemptions[i]); err != nil {
-				return nil, cfg.locate(err, "exemptions", i)
+				errs.add(cfg.locate(err, "exemptions", i))
 			}
 		}
 		canonical, _ := json.Marshal(cfg)
 		h.Write(canonical)
 	}
+	slices.SortFunc(s.shapes, func(a, b shape) int {
+		if a.moreSpecific(b) {
+			return -1
+		}
+		return 1
+	})
 	s.Version = hex.EncodeToString(h.Sum(nil)[:6])
-	return s, nil
+	return s
 }
 
-// locate adds the file, line and list position to an error found in entry i of list.
+// errorList collects the mistakes of a policy, up to maxErrors.
+type errorList struct {
+	errs    []error
+	dropped int
+}
+
+func (l *errorList) add(err error) {
+	if err == nil {
+		return
+	}
+	if len(l.errs) >= maxErrors {
+		l.dropped++
+		return
+	}
+	l.errs = append(l.errs, err)
+}
+
+// err joins the mistakes in file and line order, or returns nil when there are none.
+func (l *errorList) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(l.errs, func(a, b error) int {
+		fa, _ := a.(*FieldError)
+		fb, _ := b.(*FieldError)
+		if fa == nil || fb == nil {
+			return 0
+		}
+		if c := strings.Compare(fa.File, fb.File); c != 0 {
+			return c
+		}
+		return fa.Line - fb.Line
+	})
+	if l.dropped > 0 {
+		l.errs = append(l.errs, &FieldError{Field: "policy", Msg: fmt.Sprintf("%d more mistakes not shown", l.dropped)})
+	}
+	return errors.Join(l.errs...)
+}
+
+// locate adds the file, the line and the list position to an error found in entry i of list.
+// The line is the field's own, or that of the nearest enclosing part that was written (the
+// entry itself for a missing field). It returns nil for a mistake ParseConfig already reported
+// on that field or one enclosing it, which Compile sees again only as its consequence.
 func (c *Config) locate(err error, list string, i int) error {
 	fe, ok := err.(*FieldError)
 	if !ok {
 		fe = &FieldError{Msg: err.Error()}
 	}
 	fe.File = c.file
-	lines := map[string][]int{"rules": c.ruleLines, "overrides": c.overrideLines, "exemptions": c.exemptionLines}[list]
-	if i < len(lines) {
-		fe.Line = lines[i]
+	entry := fmt.Sprintf("%s[%d]", list, i)
+	if fe.Field == "" {
+		fe.Field = entry
+	} else {
+		fe.Field = join(entry, fe.Field)
 	}
-	fe.Field = fmt.Sprintf("%s[%d].%s", list, i, fe.Field)
+	for path := fe.Field; ; {
+		if c.bad[path] {
+			return nil
+		}
+		if line, ok := c.lines[path]; ok && fe.Line == 0 {
+			fe.Line = line
+		}
+		cut := max(strings.LastIndexByte(path, '.'), strings.LastIndexByte(path, '['))
+		if cut <= 0 {
+			break
+		}
+		path = path[:cut]
+	}
 	return fe
 }
 
-func compileRule(r *Rule, order int) (*CompiledRule, error) {
-	if r.Name == "" {
-		return nil, &FieldError{Field: "name", Msg: "required"}
+// Bounds of the numeric fields of a rule (algorithm.MaxLimit, MinPeriod and MaxPeriod bound
+// limits, bursts and periods).
+const (
+	maxHard    = 1000 // percent: a tolerance of up to 10 times the limit
+	maxNameLen = 128
+)
+
+// checkCount reports a limit or burst outside [1, algorithm.MaxLimit].
+func checkCount(field string, v int64) error {
+	if v < 1 || v > algorithm.MaxLimit {
+		return &FieldError{Field: field, Msg: fmt.Sprintf("must be from 1 to %d, got %d", int64(algorithm.MaxLimit), v)}
 	}
-	if strings.HasPrefix(r.Name, "@") {
-		return nil, &FieldError{Field: "name", Msg: "must not start with '@', which marks Envoy-format buckets"}
+	return nil
+}
+
+// checkPeriod reports a period outside [algorithm.MinPeriod, algorithm.MaxPeriod] or not a
+// whole number of microseconds, the unit the algorithms count in.
+func checkPeriod(field string, d time.Duration) error {
+	if d < algorithm.MinPeriod || d > algorithm.MaxPeriod {
+		return &FieldError{Field: field, Msg: fmt.Sprintf("must be from %s to %dd (e.g. 1s, 1m, 1h, 1d), got %s", algorithm.MinPeriod, algorithm.MaxPeriod/(24*time.Hour), d)}
 	}
-	if len(r.Name) > 128 {
-		return nil, &FieldError{Field: "name", Msg: "longer than 128 bytes"}
+	if d%time.Microsecond != 0 {
+		return &FieldError{Field: field, Msg: fmt.Sprintf("must be a whole number of microseconds, got %s", d)}
+	}
+	return nil
+}
+
+// compileRule compiles r, or returns every mistake it finds in it. The rule is nil when there
+// is any.
+func compileRule(r *Rule, order int) (*CompiledRule, []error) {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch {
+	case r.Name == "":
+		bad("name", "required")
+	case strings.HasPrefix(r.Name, "@"):
+		bad("name", "must not start with '@', which marks Envoy-format buckets")
+	case len(r.Name) > maxNameLen:
+		bad("name", "longer than %d bytes", maxNameLen)
 	}
 	kindName := r.Algorithm
 	if kindName == "" {
@@ -180,7 +323,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, error) {
 	}
 	kind, err := algorithm.ParseKind(kindName)
 	if err != nil {
-		return nil, &FieldError{Field: "algorithm", Msg: err.Error()}
+		bad("algorithm", "%v", err)
 	}
 	c := &CompiledRule{Name: r.Name, Algorithm: kind, Shadow: r.Shadow, order: order}
 	switch r.OnStoreError {
@@ -191,54 +334,106 @@ func compileRule(r *Rule, order int) (*CompiledRule, error) {
 	case "local":
 		c.OnStoreError = FailLocal
 	default:
-		return nil, &FieldError{Field: "on_store_error", Msg: fmt.Sprintf("%q is not open, closed or local", r.OnStoreError)}
+		bad("on_store_error", "%q is not open, closed or local", r.OnStoreError)
 	}
-	if r.Limit < 1 {
-		return nil, &FieldError{Field: "limit", Msg: "must be >= 1"}
+
+	limitOK := checkCount("limit", r.Limit)
+	if r.Limit == 0 {
+		limitOK = &FieldError{Field: "limit", Msg: fmt.Sprintf("required: a whole number from 1 to %d", int64(algorithm.MaxLimit))}
 	}
+	check(limitOK)
 	period := time.Duration(r.Period)
-	if period <= 0 {
-		return nil, &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)"}
+	periodOK := error(nil)
+	if period == 0 {
+		periodOK = &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)"}
+	} else {
+		periodOK = checkPeriod("period", period)
 	}
-	if r.Burst < 0 {
-		return nil, &FieldError{Field: "burst", Msg: "must be >= 1"}
-	}
-	if r.Burst > 0 && !kind.IsBucket() {
-		return nil, &FieldError{Field: "burst", Msg: "applies only to token_bucket, gcra and leaky_bucket"}
-	}
-	hard := r.Hard
-	if hard == 0 {
-		hard = 100
-	}
-	if hard < 1 || hard > 1000 {
-		return nil, &FieldError{Field: "hard", Msg: "must be a percentage from 1 to 1000"}
-	}
-	if r.Soft < 0 || (r.Soft > 0 && r.Soft >= hard) {
-		return nil, &FieldError{Field: "soft", Msg: fmt.Sprintf("must be a percentage below hard (%d)", hard)}
-	}
-	if c.base, err = newSpec(kind, r.Limit, r.Burst, period, r.Soft, hard); err != nil {
-		return nil, &FieldError{Field: "limit", Msg: err.Error()}
-	}
-	for name, t := range r.Tiers {
-		if name == "" {
-			return nil, &FieldError{Field: "tiers", Msg: "empty tier name"}
+	check(periodOK)
+	var burst int64
+	burstOK := error(nil)
+	if r.Burst != nil {
+		burst = *r.Burst
+		burstOK = checkCount("burst", burst)
+		if burstOK == nil && kind != 0 && !kind.IsBucket() {
+			burstOK = &FieldError{Field: "burst", Msg: "applies only to token_bucket, gcra and leaky_bucket"}
 		}
-		limit, burst, tp := r.Limit, r.Burst, period
-		if t.Limit < 0 || t.Burst < 0 {
-			return nil, &FieldError{Field: "tiers." + name, Msg: "limit and burst must be >= 1"}
+		check(burstOK)
+	}
+	hard := int64(100)
+	if r.Hard != nil {
+		hard = *r.Hard
+		if hard < 1 || hard > maxHard {
+			bad("hard", "must be a percentage from 1 to %d, got %d", maxHard, hard)
+			hard = 100
 		}
-		if t.Limit > 0 {
-			limit, burst = t.Limit, 0
+	}
+	var soft int64
+	if r.Soft != nil {
+		soft = *r.Soft
+		if soft < 1 || soft >= hard {
+			bad("soft", "must be a percentage from 1 to %d (below hard, %d), got %d", hard-1, hard, soft)
 		}
-		if t.Burst > 0 {
-			burst = t.Burst
-		}
-		if t.Period > 0 {
-			tp = time.Duration(t.Period)
-		}
-		spec, err := newSpec(kind, limit, burst, tp, r.Soft, hard)
+	}
+	// The spec needs every number above; a mistake in one is reported once, where it is.
+	numbersOK := kind != 0 && limitOK == nil && periodOK == nil && burstOK == nil
+	if numbersOK {
+		spec, err := newSpec(kind, r.Limit, burst, period, soft, hard)
 		if err != nil {
-			return nil, &FieldError{Field: "tiers." + name, Msg: err.Error()}
+			check(specError(err, r.Limit, burst, hard, ""))
+		}
+		c.base = spec
+	}
+	names := make([]string, 0, len(r.Tiers))
+	for name := range r.Tiers {
+		names = append(names, name)
+	}
+	slices.Sort(names) // a stable order of errors
+	for _, name := range names {
+		t := r.Tiers[name]
+		path := "tiers." + name
+		if name == "" {
+			bad("tiers", "empty tier name")
+			continue
+		}
+		if t.Limit == nil && t.Burst == nil && t.Period == nil {
+			bad(path, "sets none of limit, burst and period")
+			continue
+		}
+		limit, tburst, tp := r.Limit, burst, period
+		tierOK := true
+		if t.Limit != nil {
+			// A tier's own limit takes its own burst: the rule's burst was sized for its limit.
+			limit, tburst = *t.Limit, 0
+			if err := checkCount(path+".limit", limit); err != nil {
+				check(err)
+				tierOK = false
+			}
+		}
+		if t.Burst != nil {
+			tburst = *t.Burst
+			if err := checkCount(path+".burst", tburst); err != nil {
+				check(err)
+				tierOK = false
+			} else if kind != 0 && !kind.IsBucket() {
+				bad(path+".burst", "applies only to token_bucket, gcra and leaky_bucket")
+				tierOK = false
+			}
+		}
+		if t.Period != nil {
+			tp = time.Duration(*t.Period)
+			if err := checkPeriod(path+".period", tp); err != nil {
+				check(err)
+				tierOK = false
+			}
+		}
+		if !tierOK || !numbersOK {
+			continue
+		}
+		spec, err := newSpec(kind, limit, tburst, tp, soft, hard)
+		if err != nil {
+			check(specError(err, limit, tburst, hard, path+"."))
+			continue
 		}
 		if c.tiers == nil {
 			c.tiers = map[string]*Spec{}
@@ -247,13 +442,16 @@ func compileRule(r *Rule, order int) (*CompiledRule, error) {
 	}
 	seen := map[string]bool{}
 	var scope []string
-	for _, k := range r.Key {
+	for i, k := range r.Key {
+		field := fmt.Sprintf("key[%d]", i)
 		a, err := parseAttr(k)
 		if err != nil {
-			return nil, &FieldError{Field: "key", Msg: err.Error()}
+			bad(field, "%v", err)
+			continue
 		}
 		if seen[k] {
-			return nil, &FieldError{Field: "key", Msg: fmt.Sprintf("%q listed twice", k)}
+			bad(field, "%q listed twice", k)
+			continue
 		}
 		seen[k] = true
 		c.key = append(c.key, a)
@@ -275,10 +473,27 @@ func compileRule(r *Rule, order int) (*CompiledRule, error) {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s|%s", kind, c.Scope)
 	c.head = key.AppendHead(nil, r.Name, fmt.Sprintf("%08x", h.Sum32()))
-	if c.match, err = compileMatch(&r.Match); err != nil {
-		return nil, err
+	match, merrs := compileMatch(&r.Match)
+	errs = append(errs, merrs...)
+	c.match = match
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return c, nil
+}
+
+// specError names the field of a limit that cannot be counted: past the range once the hard
+// threshold scales it, or too fine for exact arithmetic. prefix is "tiers.NAME." for a tier.
+func specError(err error, limit, burst, hard int64, prefix string) error {
+	switch {
+	case limit*hard/100 > algorithm.MaxLimit:
+		return &FieldError{Field: prefix + "limit", Msg: fmt.Sprintf("%d at hard %d%% is %d, above the maximum %d", limit, hard, limit*hard/100, int64(algorithm.MaxLimit))}
+	case burst*hard/100 > algorithm.MaxLimit:
+		return &FieldError{Field: prefix + "burst", Msg: fmt.Sprintf("%d at hard %d%% is %d, above the maximum %d", burst, hard, burst*hard/100, int64(algorithm.MaxLimit))}
+	case burst > 0:
+		return &FieldError{Field: prefix + "burst", Msg: err.Error()}
+	}
+	return &FieldError{Field: prefix + "limit", Msg: err.Error()}
 }
 
 // spec returns the limit of tier, or the rule's own.
@@ -291,11 +506,40 @@ func (c *CompiledRule) spec(tier string) *Spec {
 	return &c.base
 }
 
-// target is where an override applies; lookups go from the most specific to the least.
-type target struct{ tenant, user, endpoint string }
+// shape is the set of attributes an override's target names, one bit each. The bits are in
+// the order of identity specificity (api_key > user > tenant > endpoint), so that among shapes
+// with as many attributes the larger number is the more specific: see moreSpecific.
+type shape uint8
+
+const (
+	shapeEndpoint shape = 1 << iota
+	shapeTenant
+	shapeUser
+	shapeAPIKey
+)
+
+// moreSpecific reports whether an override of shape a beats one of shape b when both match a
+// request. The order is total: the target naming more attributes wins; between as many, the
+// one whose most specific attribute is more specific (api_key, then user, then tenant, then
+// endpoint), and so on down. It extends DESIGN.md's order (tenant+user+endpoint, then
+// tenant+user, then tenant+endpoint, then tenant) to every combination of the four.
+func (a shape) moreSpecific(b shape) bool {
+	if na, nb := bits.OnesCount8(uint8(a)), bits.OnesCount8(uint8(b)); na != nb {
+		return na > nb
+	}
+	return a > b
+}
+
+// target is where an override applies: the values of the attributes its shape names, the
+// others empty. The API key is in the hashed form key.AppendSecret writes, never the key
+// itself.
+type target struct {
+	tenant, user, endpoint, apiKey string
+}
 
 type compiledOverride struct {
 	target
+	shape     shape
 	rule      string
 	kind      overrideKind
 	value     float64
@@ -314,52 +558,100 @@ const (
 	overrideCustom
 )
 
-func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, error) {
+// maxMultiplier bounds a multiplier override: a limit at most 1000 times its rule's.
+const maxMultiplier = 1000
+
+func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, []error) {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
 	c := &compiledOverride{
-		target: target{o.Tenant, o.User, o.Endpoint}, rule: o.Rule,
-		value: o.Value, limit: o.Limit, burst: o.Burst, expiresAt: o.ExpiresAt,
+		rule: o.Rule, value: o.Value, limit: o.Limit, burst: o.Burst, expiresAt: o.ExpiresAt,
 		Reason: o.Reason, Source: o.Source,
 	}
-	if o.Tenant == "" && o.User == "" && o.Endpoint == "" {
-		return nil, &FieldError{Field: "tenant", Msg: "an override needs a target: tenant, user or endpoint"}
+	c.tenant, c.user, c.endpoint = o.Tenant, o.User, o.Endpoint
+	for _, f := range [...]struct {
+		v   string
+		bit shape
+	}{{o.Endpoint, shapeEndpoint}, {o.Tenant, shapeTenant}, {o.User, shapeUser}, {o.APIKey, shapeAPIKey}} {
+		if f.v != "" {
+			c.shape |= f.bit
+		}
+	}
+	if o.APIKey != "" {
+		c.apiKey = string(key.AppendSecret(nil, o.APIKey))
+	}
+	if c.shape == 0 {
+		bad("tenant", "an override needs a target: tenant, user, api_key or endpoint")
+	}
+	for i, v := range [...]string{o.Tenant, o.User, o.APIKey, o.Endpoint} {
+		if len(v) > MaxAttribute {
+			bad([...]string{"tenant", "user", "api_key", "endpoint"}[i], "longer than %d bytes, so no request can match it", MaxAttribute)
+		}
 	}
 	if strings.Contains(o.Endpoint, "*") {
-		return nil, &FieldError{Field: "endpoint", Msg: "an override names one endpoint; wildcards belong in rules"}
+		bad("endpoint", "an override names one endpoint; wildcards belong in rules")
 	}
 	if o.Rule != "" && s.byName[o.Rule] == nil {
-		return nil, &FieldError{Field: "rule", Msg: fmt.Sprintf("no rule named %q", o.Rule)}
+		bad("rule", "no rule named %q", o.Rule)
 	}
 	if o.ExpiresAt.IsZero() {
-		return nil, &FieldError{Field: "expires_at", Msg: "required (RFC 3339, e.g. 2026-12-01T00:00:00Z)"}
+		bad("expires_at", "required (RFC 3339, e.g. 2026-12-01T00:00:00Z)")
 	}
 	switch c.Source {
 	case "":
 		c.Source = "operator"
 	case "operator", "automatic":
 	default:
-		return nil, &FieldError{Field: "source", Msg: fmt.Sprintf("%q is not operator or automatic", o.Source)}
+		bad("source", "%q is not operator or automatic", o.Source)
+	}
+	// Fields that the type does not use are mistakes, not silently dropped.
+	unused := func(field string, set bool, typ string) {
+		if set {
+			bad(field, "does not apply to a %s override", typ)
+		}
 	}
 	switch o.Type {
 	case "ban":
 		c.kind = overrideBan
+		unused("value", o.Value != 0, o.Type)
+		unused("limit", o.Limit != 0, o.Type)
+		unused("burst", o.Burst != 0, o.Type)
 	case "multiplier":
 		c.kind = overrideMultiplier
-		if !(o.Value > 0) || o.Value > 1000 || math.IsInf(o.Value, 0) {
-			return nil, &FieldError{Field: "value", Msg: "a multiplier must be > 0 and <= 1000"}
+		if !(o.Value > 0) || o.Value > maxMultiplier {
+			bad("value", "a multiplier must be above 0 and at most %d, got %v", maxMultiplier, o.Value)
 		}
+		unused("limit", o.Limit != 0, o.Type)
+		unused("burst", o.Burst != 0, o.Type)
 	case "custom":
 		c.kind = overrideCustom
-		if o.Limit < 0 || o.Burst < 0 {
-			return nil, &FieldError{Field: "limit", Msg: "must be >= 0"}
-		}
-		if o.Limit == 0 && o.Burst == 0 && o.Value == 0 {
-			return nil, &FieldError{Field: "limit", Msg: "a custom override sets limit (and optionally burst)"}
-		}
-		if c.limit == 0 && o.Value > 0 {
+		switch {
+		case o.Limit != 0 && o.Value != 0:
+			bad("value", "a custom override sets limit; value is the older spelling of it, not both")
+		case o.Limit == 0 && o.Value == 0:
+			bad("limit", "a custom override sets limit (and optionally burst)")
+		case o.Limit != 0:
+			if err := checkCount("limit", o.Limit); err != nil {
+				errs = append(errs, err)
+			}
+		case o.Value != math.Trunc(o.Value) || o.Value < 1 || o.Value > algorithm.MaxLimit:
+			// Checked before the conversion, which is undefined for values past int64.
+			bad("value", "a custom limit must be a whole number from 1 to %d, got %v", int64(algorithm.MaxLimit), o.Value)
+		default:
 			c.limit = int64(o.Value)
 		}
+		if o.Burst != 0 {
+			if err := checkCount("burst", o.Burst); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	default:
-		return nil, &FieldError{Field: "type", Msg: fmt.Sprintf("%q is not ban, multiplier or custom", o.Type)}
+		bad("type", "%q is not ban, multiplier or custom", o.Type)
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return c, nil
 }
@@ -378,7 +670,7 @@ func (e *exemptions) add(x *Exemption) error {
 		}
 	}
 	if set != 1 {
-		return &FieldError{Field: "api_key", Msg: "an exemption names exactly one of api_key, user, tenant, ip"}
+		return &FieldError{Msg: "an exemption names exactly one of api_key, user, tenant, ip"}
 	}
 	e.some = true
 	put := func(m *map[string]bool, v string) {

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -17,12 +19,19 @@ type Config struct {
 	Overrides  []Override  `yaml:"overrides" json:"overrides,omitempty"`
 	Exemptions []Exemption `yaml:"exemptions" json:"exemptions,omitempty"`
 
-	// lines remember where each entry was written, for errors found after decoding.
-	ruleLines, overrideLines, exemptionLines []int
-	file                                     string
+	// lines maps the path of every field and list entry that was written ("rules[0]",
+	// "rules[0].tiers.free.limit") to its line, so that an error found after decoding points at
+	// the field's own line.
+	lines map[string]int
+	// bad holds the paths that ParseConfig already reported, so that Compile does not report
+	// the same mistake again as a consequence (a limit that did not parse is also zero).
+	bad  map[string]bool
+	file string
 }
 
-// Rule is one rate-limiting rule.
+// Rule is one rate-limiting rule. Burst, Soft and Hard are optional: nil takes the default
+// (burst = limit, no soft threshold, hard 100), while a value written is checked against its
+// bounds, 0 included.
 type Rule struct {
 	Name         string          `yaml:"name" json:"name"`
 	Match        Match           `yaml:"match" json:"match,omitempty"`
@@ -30,9 +39,9 @@ type Rule struct {
 	Algorithm    string          `yaml:"algorithm" json:"algorithm"`
 	Limit        int64           `yaml:"limit" json:"limit"`
 	Period       Duration        `yaml:"period" json:"period"`
-	Burst        int64           `yaml:"burst" json:"burst,omitempty"`
-	Soft         int64           `yaml:"soft" json:"soft,omitempty"`
-	Hard         int64           `yaml:"hard" json:"hard,omitempty"`
+	Burst        *int64          `yaml:"burst" json:"burst,omitempty"`
+	Soft         *int64          `yaml:"soft" json:"soft,omitempty"`
+	Hard         *int64          `yaml:"hard" json:"hard,omitempty"`
 	Tiers        map[string]Tier `yaml:"tiers" json:"tiers,omitempty"`
 	Shadow       bool            `yaml:"shadow" json:"shadow,omitempty"`
 	OnStoreError string          `yaml:"on_store_error" json:"on_store_error,omitempty"`
@@ -51,23 +60,28 @@ type Match struct {
 	Descriptors map[string]string `yaml:"descriptors" json:"descriptors,omitempty"`
 }
 
-// Tier overrides a rule's limit for requests of one tier; unset fields keep the rule's.
+// Tier overrides a rule's limit for requests of one tier; unset (nil) fields keep the rule's,
+// and at least one must be set. A tier's limit without a burst takes the limit as its burst.
 type Tier struct {
-	Limit  int64    `yaml:"limit" json:"limit,omitempty"`
-	Burst  int64    `yaml:"burst" json:"burst,omitempty"`
-	Period Duration `yaml:"period" json:"period,omitempty"`
+	Limit  *int64    `yaml:"limit" json:"limit,omitempty"`
+	Burst  *int64    `yaml:"burst" json:"burst,omitempty"`
+	Period *Duration `yaml:"period" json:"period,omitempty"`
 }
 
-// Override changes the effective limits of a target until it expires.
+// Override changes the effective limits of a target until it expires. The target is any
+// non-empty combination of tenant, user, api_key and endpoint; a request matches it when it
+// carries every value the target names. When several targets match, the most specific wins
+// (see Snapshot.Resolve for the order).
 type Override struct {
 	Tenant    string    `yaml:"tenant" json:"tenant,omitempty"`
 	User      string    `yaml:"user" json:"user,omitempty"`
+	APIKey    string    `yaml:"api_key" json:"api_key,omitempty"` // a secret: compiled hashed
 	Endpoint  string    `yaml:"endpoint" json:"endpoint,omitempty"`
-	Rule      string    `yaml:"rule" json:"rule,omitempty"` // empty: every rule
-	Type      string    `yaml:"type" json:"type"`           // ban, multiplier, custom
-	Value     float64   `yaml:"value" json:"value,omitempty"`
-	Limit     int64     `yaml:"limit" json:"limit,omitempty"`
-	Burst     int64     `yaml:"burst" json:"burst,omitempty"`
+	Rule      string    `yaml:"rule" json:"rule,omitempty"`   // empty: every rule
+	Type      string    `yaml:"type" json:"type"`             // ban, multiplier, custom
+	Value     float64   `yaml:"value" json:"value,omitempty"` // multiplier; or a custom limit
+	Limit     int64     `yaml:"limit" json:"limit,omitempty"` // custom: 1 to algorithm.MaxLimit
+	Burst     int64     `yaml:"burst" json:"burst,omitempty"` // custom: 0 (= limit) to MaxLimit
 	ExpiresAt time.Time `yaml:"expires_at" json:"expires_at"`
 	Reason    string    `yaml:"reason" json:"reason,omitempty"`
 	Source    string    `yaml:"source" json:"source,omitempty"` // operator (default) or automatic
@@ -100,11 +114,13 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// UnmarshalYAML reads a duration string.
+// UnmarshalYAML reads a duration string. A bad one is a *yaml.TypeError, which lets the
+// decoder go on with the rest of the file (any other error stops it), so that one run reports
+// every mistake; ParseConfig reports it with its field and line.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseDuration(n.Value)
 	if err != nil {
-		return err
+		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
 	*d = Duration(v)
 	return nil
@@ -120,127 +136,188 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText writes d as time.Duration does.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
-// ParseConfig decodes a native policy file strictly: unknown fields, wrong types and invalid
-// YAML are errors of the form "file:line: field: message". It does not validate values;
-// Compile does.
+// maxErrors bounds the report on a badly broken policy; the first mistakes are the useful ones.
+const maxErrors = 50
+
+// ParseConfig decodes a native policy file strictly: unknown fields, wrong types, numbers past
+// the integer range and invalid YAML are errors of the form "file:line: field: message", all of
+// them joined (errors.Join). It does not validate values; Compile does.
 func ParseConfig(file string, data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &FieldError{File: file, Line: yamlErrorLine(err), Field: "yaml", Msg: yamlErrorText(err)}
-	}
-	cfg := &Config{file: file}
-	if len(root.Content) == 0 {
-		return nil, &FieldError{File: file, Field: "rules", Msg: "empty file"}
-	}
-	doc := root.Content[0]
-	if err := checkFields(file, doc, reflect.TypeFor[Config](), ""); err != nil {
-		return nil, err
-	}
-	if err := doc.Decode(cfg); err != nil {
-		return nil, &FieldError{File: file, Line: yamlErrorLine(err), Field: "yaml", Msg: yamlErrorText(err)}
-	}
-	for i := 0; i+1 < len(doc.Content); i += 2 {
-		var lines *[]int
-		switch doc.Content[i].Value {
-		case "rules":
-			lines = &cfg.ruleLines
-		case "overrides":
-			lines = &cfg.overrideLines
-		case "exemptions":
-			lines = &cfg.exemptionLines
-		default:
-			continue
-		}
-		for _, item := range doc.Content[i+1].Content {
-			*lines = append(*lines, item.Line)
-		}
+	cfg, errs := parseConfig(file, data)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
 }
 
-// checkFields walks n against the yaml tags of t and reports the first key t does not have,
-// with its line. yaml.v3 is strict only through Decoder.KnownFields, which gives no field path.
-func checkFields(file string, n *yaml.Node, t reflect.Type, path string) error {
+// parseConfig is ParseConfig that also returns what it could decode beside the errors, so that
+// a check of a file reports the mistakes Compile finds in the rest of it too. cfg is nil when
+// the YAML itself does not parse.
+func parseConfig(file string, data []byte) (*Config, []error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, []error{&FieldError{File: file, Line: yamlErrorLine(err), Field: "yaml", Msg: yamlErrorText(err)}}
+	}
+	if len(root.Content) == 0 {
+		return nil, []error{&FieldError{File: file, Field: "rules", Msg: "empty file"}}
+	}
+	doc := root.Content[0]
+	fc := fieldChecker{file: file, lines: map[string]int{}, bad: map[string]bool{}, budget: nodeBudget(len(data))}
+	fc.check(doc, reflect.TypeFor[Config](), "")
+	if fc.budget < 0 {
+		// The decoder would expand the same aliases: do not let it.
+		return nil, fc.errs
+	}
+	cfg := &Config{file: file, lines: fc.lines, bad: fc.bad}
+	if err := doc.Decode(cfg); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) || len(fc.errs) == 0 {
+			// A type error is one the walk above reported with its field; anything else is not.
+			fc.errs = append(fc.errs, &FieldError{File: file, Line: yamlErrorLine(err), Field: "yaml", Msg: yamlErrorText(err)})
+		}
+	}
+	return cfg, fc.errs
+}
+
+// fieldChecker walks a document against the yaml tags of the Config types, records the line
+// of every field, and reports every key the types do not have and every value of the wrong
+// kind, with its line. yaml.v3 is strict only through Decoder.KnownFields, which stops at the
+// first unknown field and gives no field path.
+type fieldChecker struct {
+	file   string
+	lines  map[string]int
+	bad    map[string]bool
+	errs   []error
+	budget int // nodes left to visit, aliases expanded
+}
+
+// nodeBudget bounds the YAML nodes visited in a file of size bytes, aliases included, so that
+// a document of aliases repeated at every level is refused instead of expanded. A file without
+// aliases cannot hold more nodes than it has bytes, so the bound stops only alias expansion.
+func nodeBudget(size int) int { return 4*size + 4096 }
+
+func (fc *fieldChecker) fail(line int, path, msg string) {
+	fc.bad[path] = true
+	if len(fc.errs) < maxErrors {
+		fc.errs = append(fc.errs, &FieldError{File: fc.file, Line: line, Field: orTop(path), Msg: msg})
+	}
+}
+
+func (fc *fieldChecker) check(n *yaml.Node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	bad := func(msg string) error {
-		return &FieldError{File: file, Line: n.Line, Field: orTop(path), Msg: msg}
+	if fc.budget--; fc.budget < 0 {
+		if fc.budget == -1 {
+			fc.errs = append(fc.errs, &FieldError{File: fc.file, Line: n.Line, Field: orTop(path), Msg: "aliases expand to too many YAML nodes"})
+		}
+		return
 	}
+	bad := func(msg string) { fc.fail(n.Line, path, msg) }
 	switch t {
 	case reflect.TypeFor[Duration]():
-		if _, err := ParseDuration(n.Value); err != nil || n.Kind != yaml.ScalarNode {
-			return bad(fmt.Sprintf("invalid duration %q (use e.g. 100ms, 1s, 1m, 1h, 1d)", n.Value))
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return
 		}
-		return nil
+		if _, err := ParseDuration(n.Value); err != nil || n.Kind != yaml.ScalarNode {
+			bad(fmt.Sprintf("invalid duration %q (use e.g. 100ms, 1s, 1m, 1h, 1d)", n.Value))
+		}
+		return
 	case reflect.TypeFor[time.Time]():
 		var tm time.Time
 		if err := n.Decode(&tm); err != nil {
-			return bad(fmt.Sprintf("invalid time %q (use RFC 3339, e.g. 2026-12-01T00:00:00Z)", n.Value))
+			bad(fmt.Sprintf("invalid time %q (use RFC 3339, e.g. 2026-12-01T00:00:00Z)", n.Value))
 		}
-		return nil
+		return
 	}
-	scalar := func(tags ...string) error {
+	scalar := func(tags ...string) bool {
 		if n.Kind == yaml.ScalarNode && (n.Tag == "!!null" || slices.Contains(tags, n.Tag)) {
-			return nil
+			return true
 		}
-		return bad(fmt.Sprintf("%q is not %s", n.Value, map[string]string{"!!int": "an integer", "!!bool": "true or false", "!!str": "a string"}[tags[0]]))
+		bad(fmt.Sprintf("%q is not %s", n.Value, map[string]string{"!!int": "an integer", "!!bool": "true or false", "!!str": "a string"}[tags[0]]))
+		return false
 	}
 	switch t.Kind() {
 	case reflect.Int64, reflect.Int:
-		return scalar("!!int")
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!float" && isInteger(n.Value) {
+			// Digits too many for any integer type: yaml.v3 reads them as a float.
+			bad(fmt.Sprintf("%s is past the integer range (%d to %d)", n.Value, int64(math.MinInt64), int64(math.MaxInt64)))
+			return
+		}
+		if scalar("!!int") && n.Tag == "!!int" {
+			// yaml.v3 tags any run of digits !!int, then fails the whole decode on one that
+			// does not fit: say which field, before it does.
+			var v int64
+			if err := n.Decode(&v); err != nil {
+				bad(fmt.Sprintf("%s is past the integer range (%d to %d)", n.Value, int64(math.MinInt64), int64(math.MaxInt64)))
+			}
+		}
 	case reflect.Float64:
-		return scalar("!!int", "!!float")
+		scalar("!!int", "!!float")
 	case reflect.Bool:
-		return scalar("!!bool")
+		scalar("!!bool")
 	case reflect.String:
-		return scalar("!!str", "!!int", "!!float", "!!bool")
+		scalar("!!str", "!!int", "!!float", "!!bool")
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
-			if n.Tag == "!!null" {
-				return nil
+			if n.Tag != "!!null" {
+				bad("must be a map")
 			}
-			return &FieldError{File: file, Line: n.Line, Field: orTop(path), Msg: "must be a map"}
+			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
+			full := join(path, k)
+			fc.lines[full] = n.Content[i].Line
 			f, ok := fieldByTag(t, k)
 			if !ok {
-				return &FieldError{File: file, Line: n.Content[i].Line, Field: join(path, k), Msg: "unknown field"}
+				fc.fail(n.Content[i].Line, full, "unknown field")
+				continue
 			}
-			if err := checkFields(file, n.Content[i+1], f.Type, join(path, k)); err != nil {
-				return err
-			}
+			fc.check(n.Content[i+1], f.Type, full)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			if n.Tag == "!!null" {
-				return nil
+			if n.Tag != "!!null" {
+				bad("must be a list")
 			}
-			return &FieldError{File: file, Line: n.Line, Field: orTop(path), Msg: "must be a list"}
+			return
 		}
 		for i, item := range n.Content {
-			if err := checkFields(file, item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			fc.lines[ipath] = item.Line
+			fc.check(item, t.Elem(), ipath)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			if n.Tag == "!!null" {
-				return nil
+			if n.Tag != "!!null" {
+				bad("must be a map")
 			}
-			return &FieldError{File: file, Line: n.Line, Field: orTop(path), Msg: "must be a map"}
+			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := checkFields(file, n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
-				return err
-			}
+			full := join(path, n.Content[i].Value)
+			fc.lines[full] = n.Content[i].Line
+			fc.check(n.Content[i+1], t.Elem(), full)
 		}
 	}
-	return nil
+}
+
+// isInteger reports whether s is written as a whole number: an optional sign and digits.
+func isInteger(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && s[i] != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {

@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 // Load reads the policy at path: one YAML file, or every *.yaml and *.yml file of a directory
 // (not recursive). A file whose top level has `domain` is in the format of Envoy's reference
 // rate limit service; any other is native. The snapshot's version is a hash of the files'
-// names and contents, so the same files always give the same version.
+// contents (see LoadFiles), so the same files give the same version however path is spelled.
 func Load(path string) (*Snapshot, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -47,7 +48,15 @@ func Load(path string) (*Snapshot, error) {
 	return LoadFiles(files)
 }
 
-// LoadFiles is Load for named in-memory files.
+// LoadFiles is Load for named in-memory files. Files are read in the order of their names.
+// It reports every mistake of every file, each a *FieldError (file:line: field: message),
+// joined with errors.Join and in file and line order.
+//
+// The version is a hash of the contents alone, in that order: not of the names, which depend
+// on how a path was spelled (./p.yaml, p.yaml, /etc/sluice/p.yaml) and on where each node
+// mounts its files, so that nodes given the same policy report the same version and can be
+// compared. The order is kept because it is part of the policy: rules apply in it, and
+// Envoy-format wildcards of a merged domain are tried in it.
 func LoadFiles(files map[string][]byte) (*Snapshot, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -55,36 +64,56 @@ func LoadFiles(files map[string][]byte) (*Snapshot, error) {
 	}
 	slices.Sort(names)
 	var native []*Config
+	var errs errorList
 	envoy := map[string][]byte{}
 	h := sha256.New()
 	for _, n := range names {
 		data := files[n]
-		fmt.Fprintf(h, "%s\x00%d\x00", n, len(data))
+		fmt.Fprintf(h, "%d\x00", len(data))
 		h.Write(data)
 		if isEnvoyFormat(data) {
 			envoy[n] = data
 			continue
 		}
-		cfg, err := ParseConfig(n, data)
-		if err != nil {
-			return nil, err
+		cfg, perrs := parseConfig(n, data)
+		for _, err := range perrs {
+			errs.add(err)
 		}
-		native = append(native, cfg)
+		if cfg != nil {
+			native = append(native, cfg)
+		}
 	}
-	snap, err := Compile(native...)
-	if err != nil {
+	snap := compile(native, &errs)
+	var cfg *envoyconf.Config
+	if len(envoy) > 0 {
+		var err error
+		if cfg, err = envoyconf.Load(envoy, false); err != nil {
+			for _, e := range unjoin(err) {
+				var le *envoyconf.LoadError
+				if errors.As(e, &le) {
+					e = &FieldError{File: le.File, Line: le.Line, Field: le.Field, Msg: le.Msg}
+				}
+				errs.add(e)
+			}
+		}
+	}
+	if err := errs.err(); err != nil {
 		return nil, err
 	}
 	version := hex.EncodeToString(h.Sum(nil)[:6])
-	if len(envoy) == 0 {
+	if cfg == nil {
 		snap.Version = version
 		return snap, nil
 	}
-	cfg, err := envoyconf.Load(envoy, false)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
 	return snap.WithEnvoy(cfg, version), nil
+}
+
+// unjoin returns the errors that errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // isEnvoyFormat reports whether a YAML document's top level has a `domain` key. A document that

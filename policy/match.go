@@ -86,8 +86,10 @@ type filter struct {
 	prefix netip.Prefix // ip filters
 }
 
-func compileMatch(m *Match) ([]filter, error) {
+// compileMatch compiles the filters of m, or returns every mistake in them.
+func compileMatch(m *Match) ([]filter, []error) {
 	var fs []filter
+	var errs []error
 	add := func(kind attrKind, field, v string) error {
 		if v == "" {
 			return nil
@@ -115,7 +117,7 @@ func compileMatch(m *Match) ([]filter, error) {
 		{attrTenant, "tenant", m.Tenant}, {attrIP, "ip", m.IP}, {attrTier, "tier", m.Tier}, {attrMethod, "method", m.Method},
 	} {
 		if err := add(x.kind, x.field, x.v); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	names := make([]string, 0, len(m.Descriptors))
@@ -125,12 +127,13 @@ func compileMatch(m *Match) ([]filter, error) {
 	slices.Sort(names)
 	for _, k := range names {
 		if k == "" {
-			return nil, &FieldError{Field: "match.descriptors", Msg: "empty descriptor name"}
+			errs = append(errs, &FieldError{Field: "match.descriptors", Msg: "empty descriptor name"})
+			continue
 		}
 		v := m.Descriptors[k]
 		fs = append(fs, filter{attr: attr{kind: attrDescriptor, name: k}, value: v, glob: strings.Contains(v, "*")})
 	}
-	return fs, nil
+	return fs, errs
 }
 
 func (f *filter) match(r *Request) bool {

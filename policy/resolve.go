@@ -53,6 +53,9 @@ type Scratch struct {
 	// secret is the request's API key in key form (hashed), made once per Resolve however
 	// many rules key or tag by it: SHA-256 is the dearest step of building keys.
 	secret []byte
+	// ovs are the override lists whose target the request matches, most specific first:
+	// looked up once per Resolve, then read for each rule.
+	ovs [][]*compiledOverride
 }
 
 // appendIdentity is key.AppendIdentity with the API key's hash computed once per Resolve.
@@ -76,9 +79,22 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 
 // Resolve finds the limits that apply to r at now (for override expiry) and builds their keys.
 // The result lives in sc and is valid until sc is used again.
+//
+// Each limit takes the live override of the most specific target that r matches (a target
+// matches when r carries every value it names). More attributes named is more specific; between
+// as many, the one naming the more specific attribute, in the order api_key, user, tenant,
+// endpoint. In full: api_key+user+tenant+endpoint; api_key+user+tenant, api_key+user+endpoint,
+// api_key+tenant+endpoint, user+tenant+endpoint; api_key+user, api_key+tenant,
+// api_key+endpoint, user+tenant, user+endpoint, tenant+endpoint; api_key, user, tenant,
+// endpoint. At one target, an override naming the limit's rule beats one for every rule.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])
+	// Most policies have no overrides: then sc.ovs is neither read nor written.
+	overrides := len(s.shapes) > 0
+	if overrides && len(sc.cands) > 0 {
+		sc.ovs = s.matchOverrides(r, sc.ovs[:0], sc.apiKeyPart)
+	}
 	if len(sc.cands) > 1 {
 		slices.Sort(sc.cands)
 	}
@@ -102,8 +118,8 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		l := &sc.Limits[n]
 		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
 		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
-		if len(s.overrides) > 0 {
-			s.applyOverride(l, r, now, sc)
+		if overrides && len(sc.ovs) > 0 {
+			s.applyOverride(l, sc.ovs, now, sc)
 		}
 		sc.keys = rule.appendKey(sc.keys, r, sc)
 		l.keyEnd = int32(len(sc.keys))
@@ -126,27 +142,67 @@ func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason st
 	if len(s.overrides) == 0 {
 		return time.Time{}, "", false
 	}
-	if o := s.findOverride(r, "", now); o != nil && o.kind == overrideBan {
+	// On the stack: this runs for requests that no rule matched, with no Scratch to work in.
+	var lists [16][]*compiledOverride
+	var secret [64]byte
+	hash := func(v string) []byte { return key.AppendSecret(secret[:0], v) }
+	if o := findOverride(s.matchOverrides(r, lists[:0], hash), "", now); o != nil && o.kind == overrideBan {
 		return o.expiresAt, o.Reason, true
 	}
 	return time.Time{}, "", false
 }
 
-// findOverride returns the most specific live override for r and rule: tenant+user+endpoint,
-// then tenant+user, then tenant+endpoint, then tenant.
-func (s *Snapshot) findOverride(r *Request, rule string, now time.Time) *compiledOverride {
-	for _, t := range [...]target{
-		{r.Tenant, r.User, r.Endpoint},
-		{r.Tenant, r.User, ""},
-		{r.Tenant, "", r.Endpoint},
-		{r.Tenant, "", ""},
-	} {
-		if t == (target{}) {
-			continue
+// matchOverrides appends to dst the override lists whose target r matches, most specific
+// target first. Only the shapes the policy uses are looked up. hash gives the key form of the
+// request's API key (see Scratch.apiKeyPart); it is called only when an override names an API
+// key, and only once.
+func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash func(string) []byte) [][]*compiledOverride {
+	apiKey, hashed := "", false
+	for _, sh := range s.shapes {
+		var t target
+		if sh&shapeTenant != 0 {
+			if r.Tenant == "" {
+				continue
+			}
+			t.tenant = r.Tenant
 		}
-		// At one target, an override naming this rule beats one for every rule.
+		if sh&shapeUser != 0 {
+			if r.User == "" {
+				continue
+			}
+			t.user = r.User
+		}
+		if sh&shapeEndpoint != 0 {
+			if r.Endpoint == "" {
+				continue
+			}
+			t.endpoint = r.Endpoint
+		}
+		if sh&shapeAPIKey != 0 {
+			if !hashed && r.APIKey != "" {
+				// The lookup by string(bytes) does not allocate, and gives the key as the
+				// targets hold it; a key no override names matches no API-key shape.
+				apiKey, hashed = s.apiKeys[string(hash(r.APIKey))], true
+			}
+			if apiKey == "" {
+				continue
+			}
+			t.apiKey = apiKey
+		}
+		if list := s.overrides[t]; len(list) > 0 {
+			dst = append(dst, list)
+		}
+	}
+	return dst
+}
+
+// findOverride returns the live override for rule from lists, the lists matchOverrides found
+// for a request: the most specific target that has one (see shape.moreSpecific), and at one
+// target an override naming rule before one for every rule, then the first listed.
+func findOverride(lists [][]*compiledOverride, rule string, now time.Time) *compiledOverride {
+	for _, list := range lists {
 		var general *compiledOverride
-		for _, o := range s.overrides[t] {
+		for _, o := range list {
 			if !now.Before(o.expiresAt) {
 				continue
 			}
@@ -164,8 +220,8 @@ func (s *Snapshot) findOverride(r *Request, rule string, now time.Time) *compile
 	return nil
 }
 
-func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratch) {
-	o := s.findOverride(r, l.Rule.Name, now)
+func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time.Time, sc *Scratch) {
+	o := findOverride(lists, l.Rule.Name, now)
 	if o == nil {
 		return
 	}
@@ -177,6 +233,7 @@ func (s *Snapshot) applyOverride(l *Limit, r *Request, now time.Time, sc *Scratc
 		l.Banned = true
 		return
 	case overrideMultiplier:
+		// Compile bounds both factors (MaxLimit, maxMultiplier), so the products are exact.
 		limit = int64(math.Floor(float64(base.Limit) * o.value))
 		burst = int64(math.Floor(float64(base.Burst) * o.value))
 	case overrideCustom:

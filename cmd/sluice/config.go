@@ -25,9 +25,9 @@ func configCommand() *cobra.Command {
 				snap, err := policy.Load(path)
 				if err != nil {
 					failed++
-					// envoyconf joins several errors; print one per line.
-					for _, line := range strings.Split(strings.TrimPrefix(err.Error(), policy.ErrInvalid.Error()+": "), "\n") {
-						fmt.Fprintln(cmd.ErrOrStderr(), line)
+					// Load reports every mistake of the files, joined: one line each.
+					for _, e := range unjoin(err) {
+						fmt.Fprintln(cmd.ErrOrStderr(), strings.ReplaceAll(e.Error(), "\n", " "))
 					}
 					continue
 				}
@@ -44,6 +44,14 @@ func configCommand() *cobra.Command {
 		Run:   func(cmd *cobra.Command, _ []string) { cmd.OutOrStdout().Write(defaultPolicy) },
 	})
 	return cmd
+}
+
+// unjoin returns the errors that errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // describe summarises a snapshot for logs and validate's output.

@@ -15,6 +15,30 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
+// StoreErrorMode says what a limit decides when its store cannot be reached: on_store_error,
+// a Sluice extension of the reference format, written on a domain or on a descriptor and
+// inherited by the descriptors nested in it. The default is FailOpen, which is what Envoy's
+// reference service does (its callers fail open unless failure_mode_deny is set).
+type StoreErrorMode uint8
+
+// The on_store_error modes, as for native rules.
+const (
+	FailOpen   StoreErrorMode = iota // allow, marked degraded
+	FailClosed                       // deny (OVER_LIMIT)
+	FailLocal                        // decide with an in-process limiter of the same parameters
+)
+
+// String returns the mode as a file writes it.
+func (m StoreErrorMode) String() string {
+	switch m {
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "open"
+}
+
 // Entry is one key/value of a request descriptor.
 type Entry struct{ Key, Value string }
 
@@ -37,6 +61,9 @@ type Limit struct {
 	ValueToMetric   bool
 	QuotaMode       bool
 	Metadata        map[string]any // the node's free-form metadata, nil when absent
+	// OnStoreError is the on_store_error of the limit's node or its nearest ancestor, else of
+	// its domain, else FailOpen.
+	OnStoreError StoreErrorMode
 
 	// Period is the unit as a duration (month = 30 days, year = 365 days); 0 when Unlimited.
 	Period time.Duration
@@ -68,6 +95,7 @@ type Config struct {
 type domain struct {
 	file   string // the first file that defined it, for the duplicate-domain error
 	line   int
+	mode   StoreErrorMode // its on_store_error (of that first file, when merged)
 	root   level
 	limits []*Limit
 }
@@ -88,6 +116,7 @@ type node struct {
 	line       int
 	glob       []string // value split on '*'; nil when the value has no wildcard
 	share      bool
+	mode       StoreErrorMode // on_store_error in force at this node
 	limit      *Limit
 	children   *level // nil when the node has no nested descriptors
 }
@@ -131,6 +160,25 @@ func (c *Config) Match(domain string, entries []Entry) Match {
 		lv = n.children
 	}
 	return Match{}
+}
+
+// StoreErrorMode returns the on_store_error in force for a descriptor of domain that has no
+// limit of its own to say it (a per-request limit override): that of the deepest node its
+// entries reach, as Match walks them, else the domain's, else FailOpen.
+func (c *Config) StoreErrorMode(domain string, entries []Entry) StoreErrorMode {
+	d := c.domains[domain]
+	if d == nil {
+		return FailOpen
+	}
+	mode := d.mode
+	for lv := &d.root; lv != nil && len(entries) > 0; entries = entries[1:] {
+		n := lv.find(entries[0])
+		if n == nil {
+			break
+		}
+		mode, lv = n.mode, n.children
+	}
+	return mode
 }
 
 func (lv *level) find(e Entry) *node {

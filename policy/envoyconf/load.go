@@ -62,12 +62,12 @@ var units = map[string]time.Duration{
 
 const unitList = "second, minute, hour, day, week, month or year"
 
-// The fields accepted at each level: the reference service's own, plus algorithm and burst,
-// Sluice's extensions inside rate_limit.
+// The fields accepted at each level: the reference service's own, plus Sluice's extensions:
+// algorithm and burst inside rate_limit, on_store_error on a domain and on a descriptor.
 var (
-	rootFields       = []string{"domain", "descriptors"}
+	rootFields       = []string{"domain", "descriptors", "on_store_error"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
-		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+		"detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error"}
 	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
 	replacesFields  = []string{"name"}
 )
@@ -126,7 +126,7 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		}
 		d := c.domains[f.domain]
 		if d == nil {
-			c.domains[f.domain] = &domain{file: name, line: f.line, root: f.root, limits: f.limits}
+			c.domains[f.domain] = &domain{file: name, line: f.line, mode: f.mode, root: f.root, limits: f.limits}
 			c.names = append(c.names, f.domain)
 			continue
 		}
@@ -192,6 +192,7 @@ func describe(n *node) string {
 type fileConfig struct {
 	domain string
 	line   int
+	mode   StoreErrorMode
 	root   level
 	limits []*Limit
 }
@@ -254,6 +255,7 @@ func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
 
 	f = &fileConfig{line: root.Line}
 	var descs *yaml.Node
+	mode := FailOpen
 	p.fields(root, "", rootFields, func(field string, k, v *yaml.Node) {
 		switch field {
 		case "domain":
@@ -261,15 +263,17 @@ func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
 			f.line = k.Line
 		case "descriptors":
 			descs = v
+		case "on_store_error":
+			mode = p.storeErrorMode(v, field, mode)
 		}
 	})
 	if f.domain == "" {
 		p.errorf(f.line, "domain", "must not be empty")
 		return nil, p.errs
 	}
-	p.domain = f.domain
+	p.domain, f.mode = f.domain, mode
 	if descs != nil {
-		p.descriptors(descs, "descriptors", "", nil, &f.root)
+		p.descriptors(descs, "descriptors", "", nil, mode, &f.root)
 	}
 	if len(p.errs) > 0 {
 		return nil, p.errs
@@ -372,9 +376,10 @@ func join(path, field string) string {
 	return path + "." + field
 }
 
-// descriptors loads a list of descriptors into lv. idPrefix and shared describe the ancestors:
-// the ID so far and the share_threshold patterns of the levels above.
-func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []string, lv *level) {
+// descriptors loads a list of descriptors into lv. idPrefix, shared and mode describe the
+// ancestors: the ID so far, the share_threshold patterns of the levels above, and the
+// on_store_error in force.
+func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []string, mode StoreErrorMode, lv *level) {
 	list = p.resolve(list)
 	if isNull(list) {
 		return
@@ -396,11 +401,11 @@ func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []st
 			p.errorf(item.Line, ipath, "must be a mapping with key, value, rate_limit, descriptors, ..., got %s", kindName(item))
 			continue
 		}
-		p.descriptor(item, ipath, idPrefix, shared, lv)
+		p.descriptor(item, ipath, idPrefix, shared, mode, lv)
 	}
 }
 
-func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string, lv *level) {
+func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string, mode StoreErrorMode, lv *level) {
 	n := &node{file: p.file, line: m.Line}
 	var rl, children, metadata *yaml.Node
 	var keyLine, shareLine, rlLine int
@@ -430,8 +435,11 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 			shareLine = k.Line
 		case "metadata":
 			metadata = v
+		case "on_store_error":
+			mode = p.storeErrorMode(v, fpath, mode)
 		}
 	})
+	n.mode = mode
 	if n.key == "" {
 		if keyLine == 0 {
 			keyLine = m.Line
@@ -472,6 +480,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 		if n.limit != nil {
 			l := n.limit
 			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, toMetric, md
+			l.OnStoreError = mode
 			if slices.ContainsFunc(shared, func(s string) bool { return s != "" }) {
 				l.shared = shared
 			}
@@ -483,7 +492,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 
 	if children != nil {
 		var kids level
-		p.descriptors(children, join(path, "descriptors"), id, shared, &kids)
+		p.descriptors(children, join(path, "descriptors"), id, shared, mode, &kids)
 		if len(kids.nodes) > 0 {
 			n.children = &kids
 		}
@@ -624,6 +633,27 @@ func (p *parser) replaces(v *yaml.Node, path string) []*yaml.Node {
 		out = append(out, item)
 	}
 	return out
+}
+
+// storeErrorMode reads on_store_error; a bad value is an error, and inherited keeps the mode
+// in force.
+func (p *parser) storeErrorMode(v *yaml.Node, path string, inherited StoreErrorMode) StoreErrorMode {
+	s, ok := p.str(v, path)
+	if !ok {
+		return inherited
+	}
+	switch s {
+	case "":
+		return inherited
+	case "open":
+		return FailOpen
+	case "closed":
+		return FailClosed
+	case "local":
+		return FailLocal
+	}
+	p.errorf(v.Line, path, "%q is not open, closed or local", s)
+	return inherited
 }
 
 // str reads a string field. Any scalar is taken as the text written, as the reference service

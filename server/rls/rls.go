@@ -15,7 +15,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -74,9 +73,6 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 	s.pool.New = func() any { return new(call) }
 	return s
 }
-
-// Register adds the service to gs.
-func (s *Server) Register(gs *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(gs, s) }
 
 // call is the per-request state that is pooled: the engine request, its decision with the
 // engine's own buffers, and the backing arrays the request's slices point into.
@@ -211,7 +207,8 @@ func (s *Server) respond(d *sluice.DescriptorDecision) *rlsv3.RateLimitResponse 
 
 	// The headers describe the descriptor closest to its limit, chosen as the reference does:
 	// the last one over its limit, else the first with the least remaining, among those that
-	// had a limit; a remaining of MaxUint32 never qualifies, as its search starts there.
+	// had a limit; a remaining of MaxUint32 never qualifies, as its search starts there. A
+	// quota_mode descriptor over its limit counts only by its remaining (0), as there.
 	header := -1
 	least := uint32(math.MaxUint32)
 	for i := range d.Statuses {
@@ -233,7 +230,7 @@ func (s *Server) respond(d *sluice.DescriptorDecision) *rlsv3.RateLimitResponse 
 		lim.Name, lim.RequestsPerUnit, lim.Unit = st.Name, st.RequestsPerUnit, unitEnum(st.Unit)
 		reset.Seconds = ceilSeconds(st.ResetAfter)
 		out.CurrentLimit, out.DurationUntilReset = lim, reset
-		if !st.OK || out.LimitRemaining < least {
+		if (!st.OK && !st.Quota) || out.LimitRemaining < least {
 			header, least = i, out.LimitRemaining
 		}
 	}

@@ -51,7 +51,10 @@ func TestQuotaModeOnStores(t *testing.T) {
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			lim := sluice.New(open(t), testutil.Snapshot(t, "rules: []\n").WithEnvoy(cfg, "v1"))
+			lim, err := sluice.New(open(t), testutil.Snapshot(t, "rules: []\n").WithEnvoy(cfg, "v1"))
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer lim.Close()
 			user := sluice.Descriptor{Entries: []envoyconf.Entry{{Key: "user", Value: "alice"}}}
 			backend := func(v string) sluice.Descriptor {

@@ -53,9 +53,12 @@ func TestDescriptorsStoreDown(t *testing.T) {
 	}
 	st := breaker.New(rs, breaker.Options{Timeout: 200 * time.Millisecond, OpenFor: 100 * time.Millisecond})
 	snap := testutil.Snapshot(t, "rules: []\n").WithEnvoy(mustEnvoy(t), "v1")
-	lim := sluice.New(st, snap,
+	lim, err := sluice.New(st, snap,
 		sluice.WithFallback(memory.New(memory.WithSweepInterval(0))),
-		sluice.WithLocalShare(2)) // a fleet of 2: the local limit's 4 become 2 here
+		sluice.WithLocalShare(2))
+	if err != nil {
+		t.Fatal(err)
+	} // a fleet of 2: the local limit's 4 become 2 here
 	defer lim.Close()
 
 	check := func(domain string, descs ...sluice.Descriptor) sluice.DescriptorDecision {

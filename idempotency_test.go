@@ -57,7 +57,10 @@ func idemLimiters(t *testing.T) []idemLimiter {
 		}
 		errs := 0
 		il.storeErrors = func() int { return errs }
-		il.l = sluice.New(st, testutil.Snapshot(t, idemPolicy), sluice.WithClock(c.Now), sluice.WithStoreErrorHook(func(error) { errs++ }))
+		il.l, err = sluice.New(st, testutil.Snapshot(t, idemPolicy), sluice.WithClock(c.Now), sluice.WithStoreErrorHook(func(error) { errs++ }))
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() { il.l.Close() })
 		ls = append(ls, il)
 	}

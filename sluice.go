@@ -74,18 +74,35 @@ func WithLocalShare(nodes int) Option { return func(l *Limiter) { l.share = int6
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
 
-// New returns a Limiter over st with policy p.
-func New(st Store, p *policy.Snapshot, opts ...Option) *Limiter {
+// ErrNoPolicy is returned by New and SetPolicy for a nil policy.
+var ErrNoPolicy = errors.New("sluice: no policy (nil *policy.Snapshot); load one with policy.Load")
+
+// New returns a Limiter over st with policy p. Both are required: a nil store or policy is an
+// error here rather than a panic at the first Check.
+func New(st Store, p *policy.Snapshot, opts ...Option) (*Limiter, error) {
+	if st == nil {
+		return nil, errors.New("sluice: no store (nil Store); use memory.New() for one process")
+	}
+	if p == nil {
+		return nil, ErrNoPolicy
+	}
 	l := &Limiter{store: st, now: time.Now, idemTTL: DefaultIdempotencyTTL, log: slog.Default()}
 	for _, o := range opts {
 		o(l)
 	}
 	l.policy.Store(p)
-	return l
+	return l, nil
 }
 
-// SetPolicy swaps the policy; checks under way finish with the one they started with.
-func (l *Limiter) SetPolicy(p *policy.Snapshot) { l.policy.Store(p) }
+// SetPolicy swaps the policy; checks under way finish with the one they started with. A nil
+// policy is refused and the running one kept.
+func (l *Limiter) SetPolicy(p *policy.Snapshot) error {
+	if p == nil {
+		return ErrNoPolicy
+	}
+	l.policy.Store(p)
+	return nil
+}
 
 // Policy returns the policy in force.
 func (l *Limiter) Policy() *policy.Snapshot { return l.policy.Load() }

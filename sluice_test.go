@@ -232,7 +232,9 @@ func TestPolicySwap(t *testing.T) {
 		t.Fatal("third allowed at limit 2")
 	}
 	snap := testutil.Snapshot(t, "rules:\n  - {name: r, key: [user], algorithm: fixed_window, limit: 5, period: 1h}\n")
-	l.SetPolicy(snap)
+	if err := l.SetPolicy(snap); err != nil {
+		t.Fatal(err)
+	}
 	// Raising the limit keeps the count: 2 used of 5.
 	if d := check(t, l, sluice.Request{User: "u"}); !d.Allowed || d.Remaining != 2 || d.PolicyVersion != snap.Version {
 		t.Fatalf("after raising the limit: %+v", d)

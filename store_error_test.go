@@ -31,7 +31,7 @@ rules:
   - {name: closed, match: {endpoint: /closed}, key: [user], algorithm: fixed_window, limit: 1, period: 1h, on_store_error: closed}
   - {name: local, match: {endpoint: /local}, key: [user], algorithm: fixed_window, limit: 4, period: 1h, on_store_error: local}
 `)
-	lim := sluice.New(st, snap,
+	lim, err := sluice.New(st, snap,
 		sluice.WithFallback(memory.New(memory.WithSweepInterval(0))),
 		sluice.WithLocalShare(2), // a fleet of 2: the local rule's 4 become 2 here
 		sluice.WithStoreErrorHook(func(err error) {
@@ -40,6 +40,9 @@ rules:
 			}
 			storeErrors++
 		}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer lim.Close()
 	check := func(endpoint string) sluice.Decision {
 		t.Helper()

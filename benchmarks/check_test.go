@@ -42,7 +42,10 @@ func limiter(b *testing.B, yml string, opts ...memory.Option) *sluice.Limiter {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := sluice.New(memory.New(append(opts, memory.WithSweepInterval(0))...), snap)
+	l, err := sluice.New(memory.New(append(opts, memory.WithSweepInterval(0))...), snap)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { l.Close() })
 	return l
 }

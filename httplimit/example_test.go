@@ -26,7 +26,10 @@ rules:
 	if err != nil {
 		log.Fatal(err)
 	}
-	lim := sluice.New(memory.New(), snap)
+	lim, err := sluice.New(memory.New(), snap)
+	if err != nil {
+		panic(err)
+	}
 	defer lim.Close()
 
 	// The application's own record of API keys and whose they are.

@@ -41,9 +41,15 @@ rules:
   - {name: closed, match: {endpoint: /closed}, key: [ip], algorithm: fixed_window, limit: 1, period: 1h, on_store_error: closed}
   - {name: local, match: {endpoint: /local}, key: [ip], algorithm: fixed_window, limit: 2, period: 1h, on_store_error: local}
 `)
-	withMemory := sluice.New(guarded(t, srv), snap, sluice.WithFallback(memory.New(memory.WithSweepInterval(0))))
+	withMemory, err := sluice.New(guarded(t, srv), snap, sluice.WithFallback(memory.New(memory.WithSweepInterval(0))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { withMemory.Close() })
-	withDeadFallback := sluice.New(guarded(t, srv), snap, sluice.WithFallback(guarded(t, spare)))
+	withDeadFallback, err := sluice.New(guarded(t, srv), snap, sluice.WithFallback(guarded(t, spare)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { withDeadFallback.Close() })
 
 	n := &next{}

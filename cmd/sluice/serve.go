@@ -171,7 +171,11 @@ func serve(ctx context.Context, c serveConfig) error {
 		// down, each node to its share of the fleet.
 		opts = append(opts, sluice.WithFallback(memory.New(memory.WithLogger(log))), sluice.WithLocalShare(c.fleetSize))
 	}
-	lim := sluice.New(st, snap, opts...)
+	lim, err := sluice.New(st, snap, opts...)
+	if err != nil {
+		st.Close()
+		return err
+	}
 	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName)
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
@@ -192,7 +196,11 @@ func serve(ctx context.Context, c serveConfig) error {
 		Ready:        []httpapi.ReadyCheck{{Name: "store", Check: storeCheck(st)}},
 	})
 	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
-	adminLim := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
+	adminLim, err := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
+	if err != nil {
+		lim.Close()
+		return err
+	}
 	defer adminLim.Close()
 	admin := overload.NewAdmin(adminLim)
 	var handler http.Handler = gate.HTTP(admin.HTTP(api))
@@ -370,7 +378,10 @@ func watchPolicy(ctx context.Context, path string, lim *sluice.Limiter, m *metri
 		if snap.Version == lim.Policy().Version {
 			return
 		}
-		lim.SetPolicy(snap)
+		if err := lim.SetPolicy(snap); err != nil {
+			log.Error("policy reload failed; keeping the running policy", "trigger", why, "err", err)
+			return
+		}
 		log.Info("policy reloaded", "trigger", why, "policy", describe(snap))
 	}
 	// Changes come in bursts (write, chmod, rename): settle before reading.

@@ -49,7 +49,10 @@ func Snapshot(t testing.TB, yml string) *policy.Snapshot {
 func Limiter(t testing.TB, yml string, c *Clock) *sluice.Limiter {
 	t.Helper()
 	st := memory.New(memory.WithClock(c.Micros), memory.WithSweepInterval(0))
-	l := sluice.New(st, Snapshot(t, yml), sluice.WithClock(c.Now))
+	l, err := sluice.New(st, Snapshot(t, yml), sluice.WithClock(c.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { l.Close() })
 	return l
 }

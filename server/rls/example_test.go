@@ -37,7 +37,10 @@ descriptors:
 		fmt.Println(err)
 		return
 	}
-	l := sluice.New(memory.New(), snap.WithEnvoy(cfg, "v1"))
+	l, err := sluice.New(memory.New(), snap.WithEnvoy(cfg, "v1"))
+	if err != nil {
+		panic(err)
+	}
 	defer l.Close()
 
 	gs := grpc.NewServer()

@@ -48,7 +48,10 @@ func newQuotaClient(t *testing.T, o rls.Options) (rlsv3.RateLimitServiceClient, 
 	}
 	c := &clock{}
 	c.us.Store(t0.UnixMicro())
-	l := sluice.New(memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0)), snap.WithEnvoy(cfg, "v1"))
+	l, err := sluice.New(memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0)), snap.WithEnvoy(cfg, "v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { l.Close() })
 	return serve(t, rls.New(l, nil, o)), c
 }

@@ -145,7 +145,10 @@ func newServer(t testing.TB, o rls.Options, m *metrics.Metrics) (*rls.Server, *c
 	c := &clock{}
 	c.us.Store(t0.UnixMicro())
 	st := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
-	l := sluice.New(st, snap.WithEnvoy(cfg, "v1"))
+	l, err := sluice.New(st, snap.WithEnvoy(cfg, "v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { l.Close() })
 	return rls.New(l, m, o), c
 }
@@ -608,7 +611,10 @@ func TestNoEnvoyPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := sluice.New(memory.New(memory.WithSweepInterval(0)), snap)
+	l, err := sluice.New(memory.New(memory.WithSweepInterval(0)), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { l.Close() })
 	resp, err := rls.New(l, nil, rls.Options{ResponseHeaders: true}).ShouldRateLimit(t.Context(), edge(desc("client_id", "alice")))
 	if err != nil || !proto.Equal(resp, answer(noLimit())) {

@@ -43,6 +43,9 @@ type Batch struct {
 
 // Store applies batches of limits atomically. The memory and Redis stores implement it, and the
 // guards (breaker, hotkey) wrap one.
+//
+// Apply and Reset return by ctx's deadline, whatever the backend is doing (the breaker's
+// deadline is only as good as this), and never touch b or results once they returned.
 type Store interface {
 	// Apply decides every op of b at one instant of the store's clock and consumes all of them
 	// only if every non-shadow op is allowed. It fills results[i] for b.Ops[i]; replayed

@@ -307,6 +307,24 @@ func (s *Server) Kill() {
 	s.proc = nil
 }
 
+// Pause stops the process with SIGSTOP: it keeps its port and its connections open but
+// answers nothing, as a server stalled by a fork, a swap storm or a partition that drops
+// packets would. Resume lets it go on; Kill and Stop work on a paused server too. It does
+// nothing if the server is not running.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a server stopped by Pause (SIGCONT). It is harmless on one that is not
+// paused, so tests register it with t.Cleanup before they Pause.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		_ = s.proc.cmd.Process.Signal(sig)
+	}
+}
+
 // Stop sends SIGTERM and waits for a clean shutdown (the AOF is flushed and fsynced). After
 // 15 s it falls back to SIGKILL. It does nothing if the server is not running.
 func (s *Server) Stop() {
@@ -316,6 +334,8 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+	// A paused server would hold SIGTERM until it runs again.
+	_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-s.proc.done:
 	case <-time.After(stopTimeout):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -100,6 +101,31 @@ func TestRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPause checks a paused server keeps its port but answers nothing, answers again after
+// Resume, and that Stop does not wait out its SIGKILL fallback on a paused server.
+func TestPause(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	t.Cleanup(s.Resume)
+	s.Pause()
+	if err := ping(s.Addr); err == nil {
+		t.Fatal("a paused server answered PING")
+	} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("PING to a paused server: %v, want a timeout (the port stays open)", err)
+	}
+	s.Resume()
+	if got := must(t, s, "PING"); got != "PONG" {
+		t.Fatalf("PING after Resume = %q", got)
+	}
+	s.Pause()
+	start := time.Now()
+	s.Stop()
+	if d := time.Since(start); d > stopTimeout/2 {
+		t.Fatalf("Stop of a paused server took %v", d)
+	}
+	assertRefused(t, s.Addr)
 }
 
 func TestOptionsReachConfig(t *testing.T) {

@@ -1,13 +1,19 @@
 // Package breaker guards a store: every call gets a deadline of a few milliseconds, and a
-// circuit breaker (sony/gobreaker) opens on the error rate, skips the store while open so no
-// request waits on a dead store, probes it half-open and closes on success. While the store is
-// skipped, the limiter decides by each rule's on_store_error.
+// circuit breaker (sony/gobreaker) opens on a run of failures or on the error rate, skips the
+// store while open so no request waits on a dead store, probes it half-open and closes on
+// success. While the store is skipped, the limiter decides by each rule's on_store_error.
+//
+// The deadline bounds a call only if the inner store returns by its context's deadline, as
+// store.Store requires (the Redis store does so whatever its client library is doing). A
+// timeout is a failure of the store; a call whose caller went away (its own context ended) is
+// counted neither way.
 package breaker
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -22,9 +28,17 @@ type Options struct {
 	Timeout time.Duration
 	// FailureRatio opens the breaker when at least this share of calls failed (default 0.5)...
 	FailureRatio float64
-	// ...among at least MinCalls in the current interval (default 20).
+	// ...among at least MinCalls in the last Interval (default 20). MinCalls failures in a
+	// row open it too once they have gone on for FailingFor, however many calls succeeded
+	// before: a store that stops answering fails every call, and must not wait for its
+	// failures to outweigh the successes of the seconds before.
 	MinCalls uint32
-	// Interval is how long the closed breaker counts before it starts over (default 10 s).
+	// FailingFor is how long a run of failures must last to open the breaker (default
+	// 200 ms): long enough that a burst of slow calls (a pause of the collector, a busy
+	// moment of the store) does not skip the store for a whole OpenFor.
+	FailingFor time.Duration
+	// Interval is the rolling window the closed breaker counts calls over (default 10 s, in
+	// ten steps).
 	Interval time.Duration
 	// OpenFor is how long the breaker stays open before it probes (default 1 s).
 	OpenFor time.Duration
@@ -52,6 +66,9 @@ func New(inner store.Store, o Options) *Store {
 	if o.MinCalls == 0 {
 		o.MinCalls = 20
 	}
+	if o.FailingFor <= 0 {
+		o.FailingFor = 200 * time.Millisecond
+	}
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
 	}
@@ -61,19 +78,32 @@ func New(inner store.Store, o Options) *Store {
 	if o.Probes == 0 {
 		o.Probes = 5
 	}
+	// When the current run of failures began, in the breaker's own monotonic time. gobreaker
+	// calls ReadyToTrip on every failure of a closed breaker, with the run's length so far.
+	epoch := time.Now()
+	var runStart atomic.Int64
 	st := gobreaker.Settings{
 		Name:        "store",
 		MaxRequests: o.Probes,
-		Interval:    o.Interval,
-		Timeout:     o.OpenFor,
+		// A rolling window rather than a fixed one, which forgets everything at once and
+		// then cannot open on the ratio until MinCalls calls came again.
+		Interval:     o.Interval,
+		BucketPeriod: max(o.Interval/10, time.Millisecond),
+		Timeout:      o.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.Requests >= o.MinCalls && float64(c.TotalFailures) >= o.FailureRatio*float64(c.Requests)
+			now := int64(time.Since(epoch))
+			if c.ConsecutiveFailures <= 1 {
+				runStart.Store(now)
+			}
+			hung := c.ConsecutiveFailures >= o.MinCalls && now-runStart.Load() >= int64(o.FailingFor)
+			// Requests counts calls still in flight: the ratio errs toward staying closed.
+			return hung || c.Requests >= o.MinCalls && float64(c.TotalFailures) >= o.FailureRatio*float64(c.Requests)
 		},
-		// A caller that gave up (its own context) says nothing about the store, and a store
-		// that refused a reused idempotency key answered.
-		IsSuccessful: func(err error) bool {
-			return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, store.ErrIdempotencyMismatch)
-		},
+		// A store that refused a reused idempotency key answered: a success.
+		IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, store.ErrIdempotencyMismatch) },
+		// A caller that gave up says nothing about the store; counted as a success, it could
+		// close a half-open breaker on a probe that never heard from the store.
+		IsExcluded: func(err error) bool { return errors.Is(err, errCallerGone) },
 	}
 	if o.OnStateChange != nil {
 		st.OnStateChange = func(_ string, from, to gobreaker.State) { o.OnStateChange(from.String(), to.String()) }
@@ -87,9 +117,10 @@ func (s *Store) State() string { return s.cb.State().String() }
 // Apply calls the store within the deadline, unless the breaker is open.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
 	replayed, err := s.cb.Execute(func() (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		call, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
-		return s.inner.Apply(ctx, b, results)
+		replayed, err := s.inner.Apply(call, b, results)
+		return replayed, gone(ctx, err)
 	})
 	return replayed, wrap(err)
 }
@@ -97,11 +128,24 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 // Reset calls the store within the deadline, unless the breaker is open.
 func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	_, err := s.cb.Execute(func() (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		call, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
-		return false, s.inner.Reset(ctx, keys)
+		return false, gone(ctx, s.inner.Reset(call, keys))
 	})
 	return wrap(err)
+}
+
+// errCallerGone marks a failed call whose caller's own context ended (canceled, or a deadline
+// sooner than the guard's), which the breaker does not count.
+var errCallerGone = errors.New("caller gone")
+
+// gone marks err with errCallerGone when the caller's context ended: the store may have been
+// fine, only not given its time.
+func gone(caller context.Context, err error) error {
+	if err != nil && caller.Err() != nil {
+		return fmt.Errorf("%w (%w)", err, errCallerGone)
+	}
+	return err
 }
 
 // Close closes the store.

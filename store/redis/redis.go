@@ -89,6 +89,9 @@ type Store struct {
 	timeout   time.Duration
 	params    sync.Map // algorithm.Params -> its wire string
 	nparams   atomic.Int64
+
+	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
+	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
 }
 
 // Option configures a Store.
@@ -133,6 +136,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redis store: connect to %s: %w", redact(rawURL), err)
 	}
 	s := &Store{client: client, cluster: cluster, timeout: timeout}
+	s.calls.New = func() any { return newCall(s) }
 	for _, o := range opts {
 		o(s)
 	}
@@ -376,7 +380,12 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		}
 		execs[gi] = rueidis.LuaExec{Keys: g.keys, Args: g.args}
 	}
-	replies := s.run(ctx, batchScript, batchFunction, execs)
+	replies, err := s.do(ctx, batchScript, batchFunction, execs, nil)
+	if err != nil {
+		// Nothing is known of any slot: each may or may not have consumed, as with any
+		// call that timed out (see do).
+		return false, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
+	}
 	replayed, denied, reused := false, false, false
 	nows := make([]int64, len(groups))
 	var failure error
@@ -456,6 +465,104 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		s.refund(ctx, b, groups, nows, results, fresh)
 	}
 	return replayed, nil
+}
+
+// maxWaiting bounds the calls left inside rueidis at once (see do). Past it a call fails at
+// once rather than start one more goroutine that would only join the wait: a healthy store
+// holds a few calls per connection in flight, far from this; a store that stopped answering
+// to callers without a breaker in front would otherwise gather goroutines for as long as it
+// hangs.
+const maxWaiting = 1 << 13
+
+var errBacklog = fmt.Errorf("%d calls already waiting on Redis", maxWaiting)
+
+// do makes one round trip (run's script or function calls, or cmds when set) and returns by
+// ctx's deadline whatever rueidis does. rueidis honours a context while it waits for a reply,
+// but not while it waits for room in a connection's ring of pending calls (ring.PutOne
+// blocks on a condition variable), nor while another caller dials and handshakes the
+// connection, nor while a Cluster client refreshes its slots: calls abandoned at their
+// deadline keep their ring slots until Redis answers, so a Redis that stops answering
+// (SIGSTOP, a fork, a swap storm, a partition that drops packets) fills a connection's 1,024
+// slots in a fraction of a second under load, and every later call then waits, deadline or
+// not, until Redis comes back. So the round trip runs on a goroutine of its own and the
+// caller leaves at the deadline. The goroutine reads only what the caller built for this call
+// (execs, cmds: fresh strings, never the caller's batch) and writes only into its call; the
+// caller reads the replies only when they came in time, so an abandoned round trip can never
+// touch the caller's batch or results. An abandoned call that rueidis sends later still runs
+// in Redis, as does any call that timed out after it was written.
+func (s *Store) do(ctx context.Context, script *rueidis.Lua, fn string, execs []rueidis.LuaExec, cmds rueidis.Commands) ([]rueidis.RedisResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.waiting.Add(1) > maxWaiting {
+		s.waiting.Add(-1)
+		return nil, errBacklog
+	}
+	c := s.calls.Get().(*call)
+	c.ctx, c.script, c.fn, c.execs, c.cmds = ctx, script, fn, execs, cmds
+	c.state.Store(callRunning)
+	go c.start()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callRunning, callAbandoned) {
+			return nil, ctx.Err() // the goroutine recycles c when rueidis returns
+		}
+		<-c.done // it finished as the deadline passed: the replies are whole
+	}
+	replies := c.replies
+	c.recycle()
+	return replies, nil
+}
+
+// call is one round trip of do, pooled with its goroutine's function so that starting it
+// allocates nothing.
+type call struct {
+	s      *Store
+	start  func() // c.work, bound once: `go c.work()` would allocate a closure per call
+	done   chan struct{}
+	state  atomic.Int32 // callRunning, then callDone (the caller takes c) or callAbandoned
+	ctx    context.Context
+	script *rueidis.Lua
+	fn     string
+	execs  []rueidis.LuaExec
+	cmds   rueidis.Commands
+
+	replies []rueidis.RedisResult
+}
+
+const (
+	callRunning int32 = iota
+	callDone
+	callAbandoned
+)
+
+func newCall(s *Store) *call {
+	c := &call{s: s, done: make(chan struct{}, 1)}
+	c.start = c.work
+	return c
+}
+
+func (c *call) work() {
+	var replies []rueidis.RedisResult
+	if c.cmds != nil {
+		replies = c.s.client.DoMulti(c.ctx, c.cmds...)
+	} else {
+		replies = c.s.run(c.ctx, c.script, c.fn, c.execs)
+	}
+	c.s.waiting.Add(-1)
+	c.replies = replies
+	if c.state.CompareAndSwap(callRunning, callDone) {
+		c.done <- struct{}{} // buffered: never blocks
+		return
+	}
+	c.recycle() // the caller left at its deadline and will not read them
+}
+
+// recycle clears c (a pooled call must not keep a context or replies alive) and pools it.
+func (c *call) recycle() {
+	c.ctx, c.script, c.fn, c.execs, c.cmds, c.replies = nil, nil, "", nil, nil, nil
+	c.s.calls.Put(c)
 }
 
 // run calls the library's function fn (or the script) once per exec, in one pipeline. A node
@@ -653,7 +760,11 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 	if len(execs) == 0 {
 		return nil
 	}
-	for x, r := range s.run(ctx, refundScript, refundFunction, execs) {
+	replies, err := s.do(ctx, refundScript, refundFunction, execs, nil)
+	if err != nil {
+		return fmt.Errorf("%w: redis refund: %w", store.ErrUnavailable, err)
+	}
+	for x, r := range replies {
 		vals, err := r.AsIntSlice()
 		if err != nil {
 			return fmt.Errorf("%w: redis refund: %w", store.ErrUnavailable, err)
@@ -679,6 +790,9 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 
 // Reset deletes the state of keys.
 func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	cmds := make(rueidis.Commands, 0, len(keys))
@@ -686,7 +800,11 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 		state := redisKey(k)
 		cmds = append(cmds, s.client.B().Del().Key(state, state+":log").Build())
 	}
-	for _, r := range s.client.DoMulti(ctx, cmds...) {
+	replies, err := s.do(ctx, nil, "", nil, cmds)
+	if err != nil {
+		return fmt.Errorf("%w: redis reset: %w", store.ErrUnavailable, err)
+	}
+	for _, r := range replies {
 		if err := r.Error(); err != nil {
 			return fmt.Errorf("%w: redis reset: %w", store.ErrUnavailable, err)
 		}

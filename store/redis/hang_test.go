@@ -1,0 +1,152 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/stallwatch"
+	"github.com/sluicehq/sluice/store"
+)
+
+// TestPausedServerHonoursDeadline pauses Redis with SIGSTOP under 20 concurrent callers, each
+// call with a 10 ms deadline and no breaker in front: every Apply and Reset returns by its
+// deadline (plus a margin generous enough for a loaded machine under -race; waiting on the
+// server would take the whole pause), however many abandoned calls rueidis holds for the
+// stopped server, and the store answers again after SIGCONT.
+func TestPausedServerHonoursDeadline(t *testing.T) {
+	t.Parallel()
+	const (
+		deadline = 10 * time.Millisecond
+		margin   = 250 * time.Millisecond
+		pauseFor = 3 * time.Second
+		callers  = 20
+	)
+	head := key.AppendTag(key.AppendHead(nil, "paused", "1"), 'u', "caller")
+	tag := string(key.HashTag(head))
+	cases := []struct {
+		name  string
+		start func(t *testing.T) (url string, owner *redistest.Server)
+	}{
+		{"single server", func(t *testing.T) (string, *redistest.Server) {
+			srv := redistest.Start(t)
+			return "redis://" + srv.Addr, srv
+		}},
+		{"cluster node", func(t *testing.T) (string, *redistest.Server) {
+			if testing.Short() {
+				t.Skip("starts a Redis Cluster")
+			}
+			// A node timeout past the pause: the test wants a node that hangs, not a
+			// cluster that declares it failed.
+			cl := redistest.StartCluster(t, 3, 0, redistest.WithConfig("cluster-node-timeout 60000"))
+			for _, n := range cl.Nodes {
+				if _, err := n.Do("SET", "{"+tag+"}probe", "1"); err == nil {
+					return "redis-cluster://" + strings.Join(cl.Addrs, ","), n
+				}
+			}
+			t.Fatalf("no node owns {%s}", tag)
+			return "", nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url, owner := tc.start(t)
+			st, err := New(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			p, _ := algorithm.NewParams(algorithm.TokenBucket, 1_000_000, 0, time.Second)
+
+			stalls := stallwatch.Start(t)
+			var mu sync.Mutex
+			var slowest time.Duration
+			var lastOK time.Time
+			record := func(start time.Time, err error) {
+				// Time the whole process did not run is no call's doing.
+				d := time.Since(start) - stalls.During(start, time.Now())
+				mu.Lock()
+				defer mu.Unlock()
+				slowest = max(slowest, d)
+				if err == nil {
+					lastOK = time.Now()
+				} else if !errors.Is(err, store.ErrUnavailable) {
+					t.Errorf("err %v, want store.ErrUnavailable", err)
+				}
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// The batch and results are reused, as the limiter does: an abandoned
+					// call that touched them afterwards would be a data race (-race).
+					k := append(append([]byte(nil), head...), ':', byte('a'+i))
+					b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
+					res := make([]algorithm.Result, 1)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						call, cancel := context.WithTimeout(ctx, deadline)
+						start := time.Now()
+						var err error
+						if i%10 == 0 {
+							err = st.Reset(call, [][]byte{k})
+						} else {
+							_, err = st.Apply(call, b, res)
+						}
+						record(start, err)
+						cancel()
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			t.Cleanup(func() {
+				select {
+				case <-stop:
+				default:
+					close(stop)
+				}
+				wg.Wait()
+			})
+
+			time.Sleep(200 * time.Millisecond)
+			t.Cleanup(owner.Resume) // a failing test never leaves the server stopped
+			owner.Pause()
+			time.Sleep(pauseFor)
+			resumed := time.Now()
+			owner.Resume()
+			deadlineBack := resumed.Add(3 * time.Second)
+			for {
+				mu.Lock()
+				ok := lastOK.After(resumed)
+				mu.Unlock()
+				if ok || time.Now().After(deadlineBack) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+
+			t.Logf("slowest call %v (process stalls discounted)", slowest)
+			if slowest > deadline+margin {
+				t.Errorf("slowest call %v, deadline %v", slowest, deadline)
+			}
+			if !lastOK.After(resumed) {
+				t.Errorf("no call succeeded within 3 s of SIGCONT")
+			}
+		})
+	}
+}

@@ -83,7 +83,11 @@ type Decision struct {
 	// HotKey is set when a hot key was decided in the process (hot-key mode) between syncs
 	// with the shared store.
 	HotKey bool
-	Reason string
+	// Anonymous is set when a limit keys on an identity attribute (identity, user, api_key or
+	// ip) that the request lacks: it then shares that limit's one bucket with every request
+	// lacking it. Counted in sluice_requests_without_identity_total.
+	Anonymous bool
+	Reason    string
 	// PolicyVersion is the version of the policy that decided.
 	PolicyVersion string
 	Results       []Result
@@ -102,7 +106,7 @@ func (d *Decision) reset() {
 	d.Allowed, d.State, d.Limit, d.Period, d.Remaining = false, StateNormal, 0, 0, 0
 	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
 	d.Rule, d.Scope, d.Reason, d.PolicyVersion = "", "", "", ""
-	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey = false, false, false, false, false
+	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey, d.Anonymous = false, false, false, false, false, false
 	d.Results, d.ops, d.opLimit, d.idem = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0]
 }
 

@@ -155,6 +155,9 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		if lim.Banned && !lim.Rule.Shadow {
 			banned = true
 		}
+		if lim.Rule.MissesIdentity(r) {
+			d.Anonymous = true
+		}
 	}
 	opCost := cost
 	if banned {

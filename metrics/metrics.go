@@ -22,6 +22,7 @@ type Metrics struct {
 	policyInfo   *prometheus.GaugeVec
 	rejected     *prometheus.CounterVec
 	breaker      *prometheus.GaugeVec
+	anonymous    *prometheus.CounterVec
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
 	durations    atomic.Pointer[map[string]prometheus.Observer]
@@ -67,10 +68,14 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open (checks follow on_store_error).",
 		}, []string{"store"}),
+		anonymous: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_without_identity_total",
+			Help: "Checks by API where a limit keys on an identity attribute (identity, user, api_key, ip) the request lacks: such requests share one bucket per limit.",
+		}, []string{"api"}),
 		storeErrName: storeName,
 		reg:          reg,
 	}
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous)
 	empty := map[checkKey]prometheus.Counter{}
 	m.counters.Store(&empty)
 	durations := map[string]prometheus.Observer{}
@@ -100,6 +105,9 @@ func (m *Metrics) ObserveCheck(api string, d *sluice.Decision, elapsed time.Dura
 	}
 	m.counter(checkKey{api, d.Rule, result, d.State.String(), mode}).Inc()
 	m.observer(api).Observe(elapsed.Seconds())
+	if d.Anonymous {
+		m.anonymous.WithLabelValues(api).Inc()
+	}
 }
 
 // ObserveDescriptors records an Envoy RLS decision: one count per descriptor that had a limit,

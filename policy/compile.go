@@ -61,6 +61,9 @@ type CompiledRule struct {
 	head   []byte // sl:<name>:<version>
 	key    []attr
 	tagged bool // the key holds an identity, which becomes the Redis hash tag
+	// identityKeys has a bit per identity attribute in key (keyUser, keyAPIKey, keyIP,
+	// keyIdentity), so a request missing one is told apart without walking the key.
+	identityKeys uint8
 	// tagOnly is the index in key of the one identity attribute, which then is the tag; -1
 	// when there are several and each request picks the most specific.
 	tagOnly int
@@ -456,6 +459,16 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		seen[k] = true
 		c.key = append(c.key, a)
 		scope = append(scope, k)
+		switch a.kind {
+		case attrUser:
+			c.identityKeys |= keyUser
+		case attrAPIKey:
+			c.identityKeys |= keyAPIKey
+		case attrIP:
+			c.identityKeys |= keyIP
+		case attrIdentity:
+			c.identityKeys |= keyIdentity
+		}
 		if a.kind == attrUser || a.kind == attrAPIKey || a.kind == attrIP || a.kind == attrIdentity {
 			c.tagOnly = -1
 			if !c.tagged {
@@ -734,4 +747,24 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	}
 	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// The bits of CompiledRule.identityKeys.
+const (
+	keyUser uint8 = 1 << iota
+	keyAPIKey
+	keyIP
+	keyIdentity
+)
+
+// MissesIdentity reports whether r lacks an identity attribute that c keys on (user, api_key,
+// ip, or all three for identity). Such a request is counted in c's bucket for "no value", which
+// it shares with every request that lacks the same attribute: docs/architecture.md, Identity.
+func (c *CompiledRule) MissesIdentity(r *Request) bool {
+	k := c.identityKeys
+	if k == 0 {
+		return false
+	}
+	return k&keyUser != 0 && r.User == "" || k&keyAPIKey != 0 && r.APIKey == "" || k&keyIP != 0 && r.IP == "" ||
+		k&keyIdentity != 0 && r.User == "" && r.APIKey == "" && r.IP == ""
 }

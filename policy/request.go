@@ -77,7 +77,8 @@ func (r *Request) Identity() (kind byte, value string) {
 	return 0, ""
 }
 
-// Validate checks the request's bounds: cost, attribute lengths, UTF-8 and the IP's form.
+// Validate checks the request's bounds: cost, attribute lengths, UTF-8 and the IP's form. It
+// also rewrites IP in its canonical form, so that every spelling of one address is one caller.
 func (r *Request) Validate() error {
 	// Most requests are short ASCII identifiers with no descriptors and no IP to parse: one
 	// pass over each field says so, and only a request that fails it is examined field by field.
@@ -121,8 +122,16 @@ func (r *Request) validateFields() error {
 		}
 	}
 	if r.IP != "" {
-		if _, err := netip.ParseAddr(r.IP); err != nil {
+		addr, err := netip.ParseAddr(r.IP)
+		if err != nil {
 			return &FieldError{Field: "ip", Msg: fmt.Sprintf("%q is not an IP address", r.IP)}
+		}
+		// One address is one bucket however it is written (::ffff:192.0.2.7 is 192.0.2.7,
+		// 2001:0DB8::1 is 2001:db8::1): a caller who picks the spelling must not pick a fresh
+		// bucket. The canonical form replaces the given one, allocating only when they differ.
+		var buf [64]byte
+		if canonical := addr.Unmap().AppendTo(buf[:0]); string(canonical) != r.IP {
+			r.IP = string(canonical)
 		}
 	}
 	return nil

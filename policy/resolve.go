@@ -234,8 +234,10 @@ func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time
 		return
 	case overrideMultiplier:
 		// Compile bounds both factors (MaxLimit, maxMultiplier), so the products are exact.
-		limit = int64(math.Floor(float64(base.Limit) * o.value))
-		burst = int64(math.Floor(float64(base.Burst) * o.value))
+		// At least 1: a multiplier throttles; rounded down to 0 it would deny every request
+		// as a cost the limit can never admit, a ban under a misleading reason.
+		limit = max(1, int64(math.Floor(float64(base.Limit)*o.value)))
+		burst = max(1, int64(math.Floor(float64(base.Burst)*o.value)))
 	case overrideCustom:
 		limit, burst = o.limit, o.burst
 		if burst == 0 {
@@ -271,6 +273,10 @@ func (c *CompiledRule) appendKey(dst []byte, r *Request, sc *Scratch) []byte {
 			dst = sc.appendIdentity(dst, kind, v)
 		case attrAPIKey:
 			dst = sc.appendIdentity(append(dst, ':'), 'a', r.APIKey)
+		case attrMethod:
+			// Methods match without letter case, so they key without it too: "get" is GET's
+			// bucket, not a fresh one.
+			dst = key.AppendValue(dst, upperASCII(r.Method))
 		default:
 			dst = key.AppendValue(dst, a.value(r))
 		}

@@ -13,7 +13,7 @@ import (
 // threshold's tolerance) < hard (denied).
 type State uint8
 
-// The states of DESIGN.md.
+// The states (docs/architecture.md, Thresholds and states).
 const (
 	StateNormal State = iota
 	StateSoft
@@ -175,7 +175,7 @@ func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecon
 // early.
 func ceilMillis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-// AppendJSON appends the decision in the wire format of DESIGN.md (POST /v1/check).
+// AppendJSON appends the decision in the wire format of POST /v1/check (docs/architecture.md, Answers).
 // Hand-written because it runs for every HTTP check: it allocates nothing and is several times
 // faster than encoding/json with reflection.
 func (d *Decision) AppendJSON(b []byte) []byte {

@@ -50,7 +50,7 @@ func run(t *testing.T, p Params, s *State, steps []step) {
 	}
 }
 
-// bucketSteps are DESIGN.md's token bucket formulas worked by hand for 10 per second, burst 10:
+// bucketSteps are the token bucket formulas (docs/architecture.md, Buckets) worked by hand for 10 per second, burst 10:
 // one token every 100 ms.
 var bucketSteps = []step{
 	{at: 0, cost: 0, allowed: true, remaining: 10},

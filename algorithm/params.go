@@ -4,7 +4,7 @@
 // All arithmetic is on integers. Time is in microseconds; the bucket algorithms keep tokens in
 // sub-units of 1/scale token so that refilling over any whole number of ticks is exact. Every
 // intermediate value stays below 2^50, so the Redis Lua scripts, whose numbers are doubles,
-// reproduce each decision exactly (DESIGN.md: the memory store and Redis decide identically).
+// reproduce each decision exactly (docs/architecture.md, Lua twins: the memory store and Redis decide identically).
 package algorithm
 
 import (
@@ -16,7 +16,7 @@ import (
 // Kind names one of the six algorithms.
 type Kind uint8
 
-// The algorithms of DESIGN.md.
+// The algorithms (docs/architecture.md, Algorithms).
 const (
 	TokenBucket Kind = iota + 1
 	GCRA

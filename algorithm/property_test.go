@@ -44,7 +44,7 @@ func randomParams(t *testing.T, rng *rand.Rand, k Kind) Params {
 	return mustParams(t, k, n, b, periods[rng.IntN(len(periods))])
 }
 
-// TestBucketEncodingsAgree is DESIGN.md's property: token_bucket, gcra and leaky_bucket are one
+// TestBucketEncodingsAgree is the property of docs/architecture.md, Buckets: token_bucket, gcra and leaky_bucket are one
 // limiter in three encodings, so the same traffic gets the same decisions.
 func TestBucketEncodingsAgree(t *testing.T) {
 	t.Parallel()

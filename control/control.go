@@ -1,5 +1,5 @@
 // Package control is the control plane's database: API rules, overrides, exemptions, identity
-// assignments, admin tokens, the audit log and node heartbeats (DESIGN.md, Control plane).
+// assignments, admin tokens, the audit log and node heartbeats (docs/architecture.md, Control plane).
 //
 // Store is the one interface the rest of Sluice uses; control/sqlite (embedded, one node) and
 // control/postgres (a fleet) implement it with the same semantics, checked by the shared suite
@@ -212,7 +212,7 @@ type Change struct {
 const (
 	// ActorSystem expires overrides and exemptions.
 	ActorSystem = "system"
-	// ActorAbuseDetector creates automatic penalties (DESIGN.md, Abuse detection).
+	// ActorAbuseDetector creates automatic penalties (docs/architecture.md, Control plane).
 	ActorAbuseDetector = "abuse-detector"
 )
 
@@ -223,7 +223,7 @@ func ETag(version int64) string { return strconv.FormatInt(version, 10) }
 // Rule is an API rule: the native rule fields as JSON, stored verbatim.
 type Rule struct {
 	Name string
-	// Body is the rule object as the caller gave it (DESIGN.md, Native configuration).
+	// Body is the rule object as the caller gave it (README.md, Policy).
 	Body      json.RawMessage
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -239,7 +239,7 @@ func (r Rule) ETag() string { return ETag(r.Version) }
 // OverrideType says how an override changes a limit.
 type OverrideType string
 
-// Override types (DESIGN.md, Policy).
+// Override types (docs/architecture.md, Policy snapshot).
 const (
 	OverrideBan        OverrideType = "ban"        // deny until it expires
 	OverrideMultiplier OverrideType = "multiplier" // limit and burst times Value
@@ -310,7 +310,7 @@ func (e Exemption) ETag() string { return ETag(e.Version) }
 // IdentityKind is what an identity assignment is keyed on.
 type IdentityKind string
 
-// Identity kinds (DESIGN.md, Control plane: identity assignments).
+// Identity kinds (docs/architecture.md, Control plane).
 const (
 	IdentityAPIKey IdentityKind = "api_key"
 	IdentityUser   IdentityKind = "user"
@@ -339,7 +339,7 @@ func (i Identity) ETag() string { return ETag(i.Version) }
 // Role is what an admin token may do.
 type Role string
 
-// Roles, each including the ones before it (DESIGN.md, Admin API).
+// Roles, each including the ones before it (docs/architecture.md, Control plane).
 const (
 	RoleRead  Role = "read"  // every GET
 	RoleWrite Role = "write" // read, every change and resets
@@ -478,7 +478,7 @@ type UsageCount struct {
 }
 
 // ViolationCount is the denied and soft decisions of one minute for one rule and identity.
-// APIKey is what the caller chose to keep of the key (DESIGN.md: its hashed prefix), never
+// APIKey is what the caller chose to keep of the key (its hashed prefix, as in bucket keys), never
 // the key itself.
 type ViolationCount struct {
 	Minute                                   time.Time

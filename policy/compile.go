@@ -534,7 +534,7 @@ const (
 // moreSpecific reports whether an override of shape a beats one of shape b when both match a
 // request. The order is total: the target naming more attributes wins; between as many, the
 // one whose most specific attribute is more specific (api_key, then user, then tenant, then
-// endpoint), and so on down. It extends DESIGN.md's order (tenant+user+endpoint, then
+// endpoint), and so on down. It extends the documented order (tenant+user+endpoint, then
 // tenant+user, then tenant+endpoint, then tenant) to every combination of the four.
 func (a shape) moreSpecific(b shape) bool {
 	if na, nb := bits.OnesCount8(uint8(a)), bits.OnesCount8(uint8(b)); na != nb {

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is the native policy file (DESIGN.md, Native configuration).
+// Config is the native policy file (README.md, Policy).
 type Config struct {
 	Rules      []Rule      `yaml:"rules" json:"rules"`
 	Overrides  []Override  `yaml:"overrides" json:"overrides,omitempty"`

@@ -44,7 +44,7 @@ func shapeName(sh shape) string {
 
 // TestOverrideShapeOrder pins the documented order of all 15 target shapes, most specific
 // first: more attributes win, then api_key > user > tenant > endpoint, attribute by attribute.
-// It includes DESIGN.md's order: tenant+user+endpoint, tenant+user, tenant+endpoint, tenant.
+// It includes the documented order: tenant+user+endpoint, tenant+user, tenant+endpoint, tenant.
 func TestOverrideShapeOrder(t *testing.T) {
 	t.Parallel()
 	want := []string{

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Request holds the attributes of one request to rate-limit (DESIGN.md, Request attributes).
+// Request holds the attributes of one request to rate-limit (docs/architecture.md, Request attributes).
 type Request struct {
 	Tenant   string `json:"tenant,omitempty"`
 	User     string `json:"user,omitempty"`

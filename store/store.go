@@ -1,5 +1,5 @@
 // Package store holds what every Sluice store shares: the batch a request becomes, and the
-// rules a store must keep (DESIGN.md, data flow): one atomic step per request, all or nothing.
+// rules a store must keep (docs/architecture.md, Rules of the hot path): one atomic step per request, all or nothing.
 package store
 
 import (

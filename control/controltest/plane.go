@@ -208,7 +208,7 @@ func testWatchOtherStore(t *testing.T, e *env) {
 }
 
 // waitVersion reads w until it announces at least want. One second is the propagation bound
-// DESIGN.md promises; a notification normally takes milliseconds.
+// the control plane promises; a notification normally takes milliseconds.
 func waitVersion(t *testing.T, w <-chan int64, want int64, who string) {
 	t.Helper()
 	deadline := time.After(time.Second)

@@ -1,4 +1,4 @@
-// Package httpapi serves Sluice's JSON API over HTTP (DESIGN.md, Native HTTP): POST /v1/check,
+// Package httpapi serves Sluice's JSON API over HTTP (docs/architecture.md, Answers): POST /v1/check,
 // /v1/quota and /v1/reset, with health, readiness and metrics endpoints.
 package httpapi
 
@@ -107,7 +107,7 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// checkBody is the wire form of a request (DESIGN.md, Request attributes). Its string fields
+// checkBody is the wire form of a request (docs/architecture.md, Request attributes). Its string fields
 // are text, which refuses JSON null; the reader (see decodeOptions) refuses names given twice,
 // in another case, or unknown.
 type checkBody struct {

@@ -22,8 +22,8 @@ import (
 )
 
 // numShards spreads keys over independent mutexes. A sharded mutex map measured faster than
-// channel-fed workers for this kind of map (STYLE.md, Gubernator); 256 keeps contention low on
-// big machines and costs 16 KiB.
+// channel-fed workers for this kind of map (in Gubernator's maintainers' own numbers); 256
+// keeps contention low on big machines and costs 16 KiB.
 const numShards = 256
 
 // maxInline is how many ops a batch handles without allocating its bookkeeping; more would

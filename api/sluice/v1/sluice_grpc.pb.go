@@ -1,4 +1,4 @@
-// The native gRPC API of Sluice. It mirrors the JSON API of DESIGN.md (POST /v1/check,
+// The native gRPC API of Sluice. It mirrors the JSON API (docs/architecture.md, Answers) (POST /v1/check,
 // /v1/quota and /v1/reset): the same request attributes, the same decision, the same errors
 // (bad input is INVALID_ARGUMENT naming the field, and consumes nothing).
 //

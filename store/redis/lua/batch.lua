@@ -1,5 +1,5 @@
 -- batch.lua: decides a batch of limits at one instant and consumes all of them only if every
--- non-shadow limit allows (DESIGN.md: a denied request consumes nothing), as store/memory does.
+-- non-shadow limit allows (docs/architecture.md, Store batch: a denied request consumes nothing), as store/memory does.
 -- It follows prelude.lua and the six algorithm files, in one script or one Redis Function
 -- library, and defines batch(KEYS, ARGV).
 --

@@ -210,6 +210,9 @@ func (d *Decision) AppendJSON(b []byte) []byte {
 	if d.HotKey {
 		b = append(b, `,"hot_key":true`...)
 	}
+	if d.Anonymous {
+		b = append(b, `,"anonymous":true`...)
+	}
 	if d.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, d.Reason)

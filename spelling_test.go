@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -108,8 +109,12 @@ rules:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if d := check(t, l, tt.req); d.Anonymous != tt.want {
+			d := check(t, l, tt.req)
+			if d.Anonymous != tt.want {
 				t.Fatalf("Anonymous = %v, want %v", d.Anonymous, tt.want)
+			}
+			if got := strings.Contains(string(d.AppendJSON(nil)), `"anonymous":true`); got != tt.want {
+				t.Fatalf("JSON says anonymous: %v, want %v", got, tt.want)
 			}
 		})
 	}

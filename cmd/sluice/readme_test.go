@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// The README says what the binary does: every flag of serve is in its table and every flag in
+// the table exists, and the rules and domains its examples name exist where it says they do.
+func TestReadmeMatchesTheBinary(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("flag table", func(t *testing.T) {
+		documented := map[string]bool{}
+		for _, m := range regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)`").FindAllSubmatch(readme, -1) {
+			documented[string(m[1])] = true
+		}
+		// Rows may list related flags together: "| `--hot-keys`, `--hot-key-threshold` ...".
+		for _, m := range regexp.MustCompile("(?m)^\\|[^|\\n]*").FindAll(readme, -1) {
+			for _, f := range regexp.MustCompile("`--([a-z0-9-]+)`").FindAllSubmatch(m, -1) {
+				documented[string(f[1])] = true
+			}
+		}
+		var flags []string
+		serveCommand().Flags().VisitAll(func(f *pflag.Flag) { flags = append(flags, f.Name) })
+		for _, name := range flags {
+			if !documented[name] {
+				t.Errorf("serve --%s is missing from the README's flag table", name)
+			}
+		}
+		for name := range documented {
+			if !slices.Contains(flags, name) {
+				t.Errorf("the README's flag table lists --%s, which serve does not have", name)
+			}
+		}
+	})
+	t.Run("example rules exist in the built-in policy", func(t *testing.T) {
+		snap, err := loadPolicy("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`"rule":"([^"]+)"`).FindAllSubmatch(readme, -1) {
+			if snap.Rule(string(m[1])) == nil {
+				t.Errorf("the README's example names rule %q, which the built-in policy lacks", m[1])
+			}
+		}
+	})
+	t.Run("example domains exist in examples/envoy", func(t *testing.T) {
+		snap, err := policy.Load("../../examples/envoy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`"domain":"([^"]+)"`).FindAllSubmatch(readme, -1) {
+			if !slices.Contains(snap.Envoy().Domains(), string(m[1])) {
+				t.Errorf("the README's example names domain %q, which examples/envoy lacks", m[1])
+			}
+		}
+	})
+}

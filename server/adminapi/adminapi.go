@@ -361,10 +361,10 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
-// fail answers err. Messages of store failures are logged, not returned: they may quote a
-// value (an API key) that has no business in a client's error log, and they tell an
-// attacker about the database. secrets lists values to redact from the log line.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, secrets ...string) {
+// fail answers err. Messages of store failures are logged, not returned: they tell an
+// attacker about the database. Handlers redact what must not be logged either (an API key,
+// see redact) before returning such an error.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		fe  *policy.FieldError
 		ie  *control.InvalidError
@@ -400,12 +400,6 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, secrets
 		writeError(w, http.StatusBadRequest, err.Error(), "")
 	default:
 		msg := err.Error()
-		for _, v := range secrets {
-			if v != "" {
-				msg = strings.ReplaceAll(msg, v, "[redacted]")
-				msg = strings.ReplaceAll(msg, strings.Trim(strconv.Quote(v), `"`), "[redacted]")
-			}
-		}
 		s.log.Error("admin API call failed", "method", r.Method, "pattern", r.Pattern, "error", msg)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "the control store failed; retry shortly (details are in the server log)", "")

@@ -691,3 +691,35 @@ func TestUsageResetNodesAudit(t *testing.T) {
 	e.do(call{method: "GET", path: "/admin/v1/audit?kind=nonsense", role: control.RoleRead}).want(t, 400)
 	e.do(call{method: "GET", path: "/admin/v1/audit?since=yesterday", role: control.RoleRead}).want(t, 400)
 }
+
+// What the API stores survives a restart of the node (SQLite).
+func TestPersistsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	serve := func(c call) *reply {
+		store := openStore(t, dir)
+		defer store.Close()
+		srv, err := adminapi.New(adminapi.Options{Control: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		if _, err := store.GetToken(t.Context(), "root"); err != nil {
+			if _, err := store.CreateToken(t.Context(), control.Change{Actor: "test"}, control.Token{Name: "root", Role: control.RoleAdmin, Hash: control.HashToken(secrets[control.RoleAdmin])}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := &env{t: t, srv: srv, ctx: t.Context()}
+		return e.doPlain(c)
+	}
+	serve(call{method: "POST", path: "/admin/v1/rules", role: control.RoleAdmin, body: ruleBody}).want(t, 201)
+	serve(call{method: "PUT", path: "/admin/v1/identities/user/alice", role: control.RoleAdmin, body: `{"tier":"gold"}`}).want(t, 200)
+	r := serve(call{method: "GET", path: "/admin/v1/rules/r1", role: control.RoleAdmin}).want(t, 200)
+	if r.str("updated_by") != "root" || r.json["limit"] != float64(10) {
+		t.Errorf("after restart: %s", r.raw)
+	}
+	serve(call{method: "GET", path: "/admin/v1/identities/user/alice", role: control.RoleAdmin}).want(t, 200)
+	r = serve(call{method: "GET", path: "/admin/v1/audit?kind=rule", role: control.RoleAdmin}).want(t, 200)
+	if n := len(r.json["events"].([]any)); n != 1 {
+		t.Errorf("%d rule events after restart: %s", n, r.raw)
+	}
+}

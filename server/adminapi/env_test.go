@@ -181,6 +181,20 @@ func (r *reply) str(key string) string {
 // documented for the operation and its body and headers must match the schema.
 func (e *env) do(c call) *reply {
 	e.t.Helper()
+	req := e.request(c)
+	out := e.send(req)
+	e.validate(req, out)
+	return out
+}
+
+// doPlain is do without checking the answer against the document.
+func (e *env) doPlain(c call) *reply {
+	e.t.Helper()
+	return e.send(e.request(c))
+}
+
+// request builds the HTTP request of c.
+func (e *env) request(c call) *http.Request {
 	req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
 	if c.remote != "" {
 		req.RemoteAddr = c.remote
@@ -201,6 +215,12 @@ func (e *env) do(c call) *reply {
 	for k, v := range c.header {
 		req.Header.Set(k, v)
 	}
+	return req
+}
+
+// send serves req and reads the answer.
+func (e *env) send(req *http.Request) *reply {
+	e.t.Helper()
 	rec := httptest.NewRecorder()
 	e.srv.ServeHTTP(rec, req)
 	res := rec.Result()
@@ -208,13 +228,12 @@ func (e *env) do(c call) *reply {
 	out := &reply{status: res.StatusCode, header: res.Header, raw: raw}
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") && len(raw) > 0 {
 		if err := json.Unmarshal(raw, &out.json); err != nil {
-			e.t.Fatalf("%s %s: answer is not a JSON object: %v\n%s", c.method, c.path, err, raw)
+			e.t.Fatalf("%s %s: answer is not a JSON object: %v\n%s", req.Method, req.URL, err, raw)
 		}
 	}
 	if res.StatusCode >= 400 && res.StatusCode != http.StatusMethodNotAllowed && out.str("error") == "" {
-		e.t.Errorf("%s %s: %d without an error message: %s", c.method, c.path, res.StatusCode, raw)
+		e.t.Errorf("%s %s: %d without an error message: %s", req.Method, req.URL, res.StatusCode, raw)
 	}
-	e.validate(req, out)
 	return out
 }
 

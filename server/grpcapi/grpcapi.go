@@ -39,13 +39,28 @@ type Server struct {
 	// decisions recycles Decisions: the engine fills one in place and keeps its buffers, so a
 	// reused Decision checks without allocating.
 	decisions sync.Pool
+	// resetAuth, when set, must pass before a Reset (WithResetAuth).
+	resetAuth func(ctx context.Context) error
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithResetAuth makes Reset call auth first and fail with its error, a gRPC status: DESIGN.md
+// asks a write token of resets, which adminapi.Server.GRPCAuth(control.RoleWrite) checks in
+// the "authorization" metadata (Unauthenticated, PermissionDenied).
+func WithResetAuth(auth func(ctx context.Context) error) Option {
+	return func(s *Server) { s.resetAuth = auth }
 }
 
 var _ sluicev1.RateLimiterServer = (*Server)(nil)
 
 // New returns a Server deciding with l. m may be nil to record no metrics.
-func New(l *sluice.Limiter, m *metrics.Metrics) *Server {
+func New(l *sluice.Limiter, m *metrics.Metrics, opts ...Option) *Server {
 	s := &Server{l: l, m: m}
+	for _, o := range opts {
+		o(s)
+	}
 	s.decisions.New = func() any { return new(sluice.Decision) }
 	return s
 }
@@ -191,6 +206,11 @@ func (s *Server) GetQuota(ctx context.Context, in *sluicev1.CheckRequest) (*slui
 
 // Reset restores the buckets the attributes address, or only those of the named rule.
 func (s *Server) Reset(ctx context.Context, in *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
+	if s.resetAuth != nil {
+		if err := s.resetAuth(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r := policy.Request{
 		Tenant: in.GetTenant(), User: in.GetUser(), APIKey: in.GetApiKey(), IP: in.GetIp(),
 		Endpoint: in.GetEndpoint(), Method: in.GetMethod(), Tier: in.GetTier(),

@@ -41,6 +41,9 @@ type Options struct {
 	Ready []ReadyCheck
 	// ReadyTimeout bounds the checks of one GET /readyz (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// ResetAuth, when set, wraps the POST /v1/reset handler: DESIGN.md asks a write token of
+	// resets, and adminapi.Server.RequireRole(control.RoleWrite, ...) checks it (401, 403).
+	ResetAuth func(http.Handler) http.Handler
 }
 
 // DefaultReadyTimeout bounds a readiness answer: below the 1 s a Kubernetes probe waits by
@@ -92,7 +95,11 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 	s.buffers.New = func() any { return &scratch{out: make([]byte, 0, 1024)} }
 	s.mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) { s.check(w, r, false) })
 	s.mux.HandleFunc("POST /v1/quota", func(w http.ResponseWriter, r *http.Request) { s.check(w, r, true) })
-	s.mux.HandleFunc("POST /v1/reset", s.reset)
+	var reset http.Handler = http.HandlerFunc(s.reset)
+	if o.ResetAuth != nil {
+		reset = o.ResetAuth(reset)
+	}
+	s.mux.Handle("POST /v1/reset", reset)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("ok\n"))

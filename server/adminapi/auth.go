@@ -75,7 +75,11 @@ func newGuard(l AuthFailureLimit, now func() time.Time) (*guard, error) {
 		return nil, fmt.Errorf("adminapi: failed-authentication limit: %w", err)
 	}
 	st := memory.New(memory.WithClock(func() int64 { return now().UnixMicro() }))
-	return &guard{lim: sluice.New(st, snap, sluice.WithClock(now)), retry: l.Period / time.Duration(l.Max)}, nil
+	lim, err := sluice.New(st, snap, sluice.WithClock(now))
+	if err != nil {
+		return nil, fmt.Errorf("adminapi: failed-authentication limit: %w", err)
+	}
+	return &guard{lim: lim, retry: l.Period / time.Duration(l.Max)}, nil
 }
 
 func (g *guard) close() error { return g.lim.Close() }

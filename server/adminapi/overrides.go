@@ -134,13 +134,8 @@ func (s *Server) expiry(expiresAt, ttl *string) (time.Time, error) {
 // same way (a multiplier's bounds, a custom override's limit, an endpoint without wildcards).
 func checkOverride(o control.Override) error {
 	po := policy.Override{
-		Tenant: o.Tenant, User: o.User, Endpoint: o.Endpoint, Type: string(o.Type),
+		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, Endpoint: o.Endpoint, Type: string(o.Type),
 		Value: o.Value, Limit: o.Limit, Burst: o.Burst, ExpiresAt: o.ExpiresAt, Reason: o.Reason,
-	}
-	if po.Tenant == "" && po.User == "" && po.Endpoint == "" {
-		// An api_key-only target, which control.Override.Validate accepted and a file's
-		// override cannot express: stand in a tenant so policy checks the rest.
-		po.Tenant = "api_key"
 	}
 	_, err := policy.Compile(&policy.Config{Overrides: []policy.Override{po}})
 	var fe *policy.FieldError
@@ -178,7 +173,7 @@ func (s *Server) listOverrides(w http.ResponseWriter, r *http.Request) error {
 		now := s.now()
 		for i, o := range s.files().Overrides {
 			if !o.ExpiresAt.After(now) || (f.Tenant != "" && o.Tenant != f.Tenant) ||
-				(f.User != "" && o.User != f.User) || f.APIKey != "" {
+				(f.User != "" && o.User != f.User) || (f.APIKey != "" && o.APIKey != f.APIKey) {
 				continue
 			}
 			items = append(items, fileOverride(i, o))

@@ -307,6 +307,8 @@ func WriteError(w http.ResponseWriter, err error) {
 		status, body.Error = http.StatusBadRequest, err.Error()
 	case errors.Is(err, ErrIdentity):
 		status, body.Error = http.StatusUnauthorized, "caller not identified"
+	case errors.Is(err, sluice.ErrIdempotencyMismatch):
+		status, body.Error, body.Field = http.StatusUnprocessableEntity, err.Error(), "idempotency_key"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -342,3 +342,32 @@ func TestPooledRequestIsReset(t *testing.T) {
 		}
 	}
 }
+
+// An idempotency key reused for another request is the caller's mistake, answered 422 naming
+// the key as the servers do, not a 503 that blames the limiter.
+func TestIdempotencyKeyReusedIs422(t *testing.T) {
+	t.Parallel()
+	l := limiter(t, `
+rules:
+  - {name: per-caller, key: [identity], algorithm: fixed_window, limit: 5, period: 1m}
+  - {name: search, match: {endpoint: /search}, key: [identity], algorithm: fixed_window, limit: 5, period: 1m}
+`)
+	n := &next{}
+	h := httplimit.New(l, httplimit.WithIdentity(func(r *http.Request, req *sluice.Request) error {
+		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+		return nil
+	})).Handler(n)
+	key := http.Header{"Idempotency-Key": {"pay-1"}}
+	if w := get(h, "/pay", "192.0.2.1:1", key); w.Code != 200 {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	w := get(h, "/search", "192.0.2.1:1", key)
+	var body map[string]string
+	json.Unmarshal(w.Body.Bytes(), &body)
+	if w.Code != http.StatusUnprocessableEntity || body["field"] != "idempotency_key" {
+		t.Fatalf("reused key: %d %s, want 422 naming idempotency_key", w.Code, w.Body)
+	}
+	if n.calls.Load() != 1 {
+		t.Fatalf("the refused request reached the handler")
+	}
+}

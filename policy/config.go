@@ -102,7 +102,7 @@ type Duration time.Duration
 func ParseDuration(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 || days > 366 {
+		if err != nil || days < 0 || days > 400 {
 			return 0, fmt.Errorf("invalid duration %q", s)
 		}
 		return time.Duration(days * float64(24*time.Hour)), nil

@@ -1,4 +1,4 @@
--- 0001: the control store (DESIGN.md, Control plane). The limits mirror control/validate.go;
+-- 0001: the control store (docs/architecture.md, Control plane). The limits mirror control/validate.go;
 -- they are here too so that no writer, buggy or not, can store what Sluice cannot read back.
 -- Unset optional strings are '' (NOT NULL), so UNIQUE constraints treat them as values.
 

@@ -1,4 +1,4 @@
--- 0001: the control store (DESIGN.md, Control plane); the SQLite twin of
+-- 0001: the control store (docs/architecture.md, Control plane); the SQLite twin of
 -- control/postgres/sql/migrations/0001_control.sql, table for table. Times are INTEGER
 -- microseconds since the Unix epoch (UTC); tables are STRICT, so a column holds only its type.
 -- The limits mirror control/validate.go; they are here too so that no writer, buggy or not,

@@ -1,5 +1,4 @@
--- 0002: decision aggregates and the leader lease (DESIGN.md, Violations and usage; Abuse
--- detection); the SQLite twin of control/postgres/sql/migrations/0002_events.sql. Nodes add their per-minute counts with additive upserts, so counts from every
+-- 0002: decision aggregates and the leader lease (docs/architecture.md, Control plane); the SQLite twin of control/postgres/sql/migrations/0002_events.sql. Nodes add their per-minute counts with additive upserts, so counts from every
 -- node add up and a repeated flush of new counts is never lost.
 
 -- Per (minute, rule, tenant): every decision. tenant '' is requests without a tenant.

@@ -133,8 +133,21 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return err
 }
 
-// MarshalText writes d as time.Duration does.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+// MarshalText writes d in the largest whole unit that holds it (1d, 1h, 1m, 1s, 100ms), as
+// people write periods, so a rule read back through the admin API looks as it was written;
+// other durations as time.Duration prints them.
+func (d Duration) MarshalText() ([]byte, error) {
+	v := time.Duration(d)
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if v != 0 && v%u.unit == 0 {
+			return []byte(strconv.FormatInt(int64(v/u.unit), 10) + u.name), nil
+		}
+	}
+	return []byte(v.String()), nil
+}
 
 // maxErrors bounds the report on a badly broken policy; the first mistakes are the useful ones.
 const maxErrors = 50

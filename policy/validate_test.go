@@ -182,3 +182,21 @@ func TestAliasExpansionRefused(t *testing.T) {
 		t.Fatalf("error %v, want the aliases refused", err)
 	}
 }
+
+func TestDurationWrittenAsPeopleWriteIt(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"1d": "1d", "24h": "1d", "90m": "90m", "1h": "1h", "60s": "1m", "1500ms": "1500ms", "100ms": "100ms", "1s": "1s", "1.5us": "1.5µs"} {
+		d, err := ParseDuration(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := Duration(d).MarshalText()
+		if string(got) != want {
+			t.Errorf("%s written as %s, want %s", in, got, want)
+		}
+		back, err := ParseDuration(string(got))
+		if err != nil || back != d {
+			t.Errorf("%s written as %s reads back as %v, %v", in, got, back, err)
+		}
+	}
+}

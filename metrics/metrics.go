@@ -22,6 +22,7 @@ type Metrics struct {
 	policyInfo   *prometheus.GaugeVec
 	rejected     *prometheus.CounterVec
 	breaker      *prometheus.GaugeVec
+	controlUp    prometheus.Gauge
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
 	durations    atomic.Pointer[map[string]prometheus.Observer]
@@ -67,10 +68,14 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_store_breaker_state",
 			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open (checks follow on_store_error).",
 		}, []string{"store"}),
+		controlUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_control_store_up",
+			Help: "1 when the control store answers, 0 while it does not (the node enforces the last policy it compiled).",
+		}),
 		storeErrName: storeName,
 		reg:          reg,
 	}
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.controlUp)
 	empty := map[checkKey]prometheus.Counter{}
 	m.counters.Store(&empty)
 	durations := map[string]prometheus.Observer{}
@@ -147,6 +152,18 @@ func (m *Metrics) BreakerState(state string) {
 	}
 	v := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[state]
 	m.breaker.WithLabelValues(m.storeErrName).Set(v)
+}
+
+// ControlStoreUp records whether the control store answers.
+func (m *Metrics) ControlStoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.controlUp.Set(v)
 }
 
 // WatchHotKeys exports hot-key mode's figures, read from stats when scraped: the keys now hot,

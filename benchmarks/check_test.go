@@ -252,8 +252,9 @@ func controlState(n int) *control.State {
 }
 
 // BenchmarkCheckControl is BenchmarkCheck's serial Check on a policy compiled with a control
-// store: empty, and holding 10,000 overrides and 10,000 identity assignments, for a request
-// that none of them names and for an API key assigned a tenant whose override applies.
+// store: empty; holding 10 or 10,000 overrides and as many identity assignments, for a
+// request that none of them names; and with 10,000, for an API key assigned a tenant whose
+// override applies.
 func BenchmarkCheckControl(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -269,6 +270,7 @@ func BenchmarkCheckControl(b *testing.B) {
 			req  sluice.Request
 		}{
 			{"empty", &control.State{}, sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+			{"10+10/unmatched", controlState(10), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 			{"10k+10k/unmatched", controlState(10000), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 			{"10k+10k/assigned", controlState(10000), sluice.Request{APIKey: "key-42", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 		} {

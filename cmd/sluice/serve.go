@@ -79,10 +79,12 @@ func serveCommand() *cobra.Command {
 		Long: `Run the rate-limit service.
 
 With no flags it runs on the embedded default: the memory store with snapshots under ./data,
-the built-in example policy (sluice config show), HTTP on 127.0.0.1:8080 and gRPC on
-127.0.0.1:8081. Every flag can also be set by the environment variable named in its help.
-The policy reloads on SIGHUP and when its files change; an invalid new policy is logged and
-the running one kept.`,
+the SQLite control store ./data/control.db, the built-in example policy (sluice config show),
+HTTP on 127.0.0.1:8080 and gRPC on 127.0.0.1:8081. Every flag can also be set by the
+environment variable named in its help. The policy files reload on SIGHUP and when they
+change; an invalid new policy is logged and the running one kept. Changes made in the
+control store are compiled with the files and enforced within a second; while the control
+store is down the node keeps enforcing the last policy it compiled.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
 			return serve(cmd.Context(), c)

@@ -236,6 +236,65 @@ func TestPropagationLatency(t *testing.T) {
 	}
 }
 
+// TestPropagationLatencyLargeStore is TestPropagationLatency with 10,000 overrides and 10,000
+// identity assignments in the store: every change makes each node read and compile all of it.
+func TestPropagationLatencyLargeStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills PostgreSQL with 20,000 entries")
+	}
+	url := pgtest.DB(t)
+	fill := openPG(t, url)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < 10000; i += 8 {
+				if _, err := fill.CreateOverride(context.Background(), alice, control.Override{
+					Tenant: fmt.Sprint("filler-", i), Type: control.OverrideMultiplier, Value: 2,
+					ExpiresAt: time.Now().Add(time.Hour), Source: control.SourceAPI,
+				}); err != nil {
+					errs <- err
+					return
+				}
+				if _, _, err := fill.PutIdentity(context.Background(), alice, control.Identity{
+					Kind: control.IdentityAPIKey, Value: fmt.Sprint("key-", i), Tenant: fmt.Sprint("filler-", i), Tier: "gold",
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	f := files(t, basePolicy)
+	a := startNode(t, openPG(t, url), "node-a", f)
+	b := startNode(t, openPG(t, url), "node-b", f)
+	if got := b.lim.Policy().Identities(); got != 10000 {
+		t.Fatalf("node B holds %d identity assignments, want 10000", got)
+	}
+	stalls := stallwatch.Start(t)
+	var times, own []time.Duration
+	for i := range 20 {
+		tenant := fmt.Sprint("tenant-", i)
+		start := time.Now()
+		ban(t, a.store, tenant)
+		took := b.waitDenied(t, sluice.Request{Tenant: tenant, User: "u"}, start, 10*time.Second)
+		times = append(times, took)
+		own = append(own, took-stalls.During(start, start.Add(took)))
+	}
+	slices.Sort(times)
+	slices.Sort(own)
+	t.Logf("with 10,000 overrides and 10,000 identities: ban on A enforced by B over %d bans: p50 %v, max %v (stalls discounted: p50 %v, max %v)",
+		len(times), times[len(times)/2], times[len(times)-1], own[len(own)/2], own[len(own)-1])
+	if own[len(own)-1] > time.Second {
+		t.Errorf("slowest ban took %v (stalls discounted), want within 1 s", own[len(own)-1])
+	}
+}
+
 // gauge reads sluice_control_store_up.
 func (n *node) storeUp(t testing.TB) float64 {
 	t.Helper()

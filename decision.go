@@ -93,6 +93,7 @@ type Decision struct {
 	Results       []Result
 
 	scratch policy.Scratch
+	req     policy.Request // the request with its identity assignments (Snapshot.Assign)
 	ops     []store.Op
 	opLimit []int // ops[i] decides for Results[opLimit[i]]
 	algo    []algorithm.Result

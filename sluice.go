@@ -131,21 +131,23 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		return err
 	}
 	snap := l.policy.Load()
+	// The tenant, user and tier assigned by the control plane win over the ones r claims.
+	r = snap.Assign(r, &d.req)
 	d.reset()
 	d.PolicyVersion = snap.Version
 	if snap.Exempt(r) {
 		d.Allowed, d.Exempt = true, true
 		return nil
 	}
-	var now time.Time
-	if snap.HasOverrides() {
-		now = l.now()
-	}
-	limits := snap.Resolve(r, now, &d.scratch)
+	// The clock is read for override expiry only if an override matches r.
+	limits, now := snap.ResolveNow(r, l.now, &d.scratch)
 	if len(limits) == 0 {
 		d.Allowed = true
-		if until, reason, ok := snap.BanFor(r, now); ok {
-			l.ban(d, until.Sub(now), reason, "", "")
+		if snap.HasOverrides() {
+			now = l.now()
+			if until, reason, ok := snap.BanFor(r, now); ok {
+				l.ban(d, until.Sub(now), reason, "", "")
+			}
 		}
 		return nil
 	}
@@ -307,6 +309,8 @@ func (l *Limiter) Reset(ctx context.Context, r *Request, rule string) (int, erro
 		return 0, err
 	}
 	snap := l.policy.Load()
+	var assigned Request
+	r = snap.Assign(r, &assigned)
 	if rule != "" && snap.Rule(rule) == nil {
 		return 0, &policy.FieldError{Field: "rule", Msg: fmt.Sprintf("no rule named %q", rule)}
 	}

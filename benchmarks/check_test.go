@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -229,4 +230,69 @@ func BenchmarkMutexMap(b *testing.B) {
 			}
 		})
 	})
+}
+
+// controlState is a control store of n overrides (a multiplier per tenant) and n identity
+// assignments (n/2 API keys given a tenant and a tier, n/2 users given a tier).
+func controlState(n int) *control.State {
+	st := &control.State{Version: 1}
+	expires := time.Now().Add(24 * time.Hour)
+	for i := range n {
+		st.Overrides = append(st.Overrides, control.Override{
+			ID: int64(i + 1), Tenant: fmt.Sprint("tenant-", i), Type: control.OverrideMultiplier, Value: 2,
+			ExpiresAt: expires, Source: control.SourceAPI, Reason: "bench",
+		})
+		if i%2 == 0 {
+			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityAPIKey, Value: fmt.Sprint("key-", i), Tenant: fmt.Sprint("tenant-", i), Tier: "gold"})
+		} else {
+			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityUser, Value: fmt.Sprint("user-", i), Tier: "gold"})
+		}
+	}
+	return st
+}
+
+// BenchmarkCheckControl is BenchmarkCheck's serial Check on a policy compiled with a control
+// store: empty; holding 10 or 10,000 overrides and as many identity assignments, for a
+// request that none of them names; and with 10,000, for an API key assigned a tenant whose
+// override applies.
+func BenchmarkCheckControl(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		yml  string
+	}{{"1limit", oneLimit}, {"4limits", fourLimits}} {
+		files, err := policy.ParseFiles(map[string][]byte{"bench.yaml": []byte(c.yml)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range []struct {
+			name string
+			st   *control.State
+			req  sluice.Request
+		}{
+			{"empty", &control.State{}, sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+			{"10+10/unmatched", controlState(10), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+			{"10k+10k/unmatched", controlState(10000), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+			{"10k+10k/assigned", controlState(10000), sluice.Request{APIKey: "key-42", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+		} {
+			b.Run(c.name+"/"+s.name, func(b *testing.B) {
+				snap, skipped := policy.CompileWith(files, s.st, time.Now())
+				if len(skipped) > 0 {
+					b.Fatal(skipped)
+				}
+				l := limiter(b, c.yml)
+				if err := l.SetPolicy(snap); err != nil {
+					b.Fatal(err)
+				}
+				req := s.req
+				var d sluice.Decision
+				l.Check(context.Background(), &req, &d)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := l.Check(context.Background(), &req, &d); err != nil || !d.Allowed {
+						b.Fatal(err, d.Allowed)
+					}
+				}
+			})
+		}
+	}
 }

@@ -403,6 +403,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"--grpc-workers=-5", "--grpc-workers"},
 		{"--grpc-workers=100000", "--grpc-workers"},
 		{"--log-format=xml", "--log-format"},
+		{"--control=mysql://u:pw@db/x", "--control"},
+		{"--audit-retention=0", "--audit-retention"},
+		{"--violations-retention=soon", "--violations-retention"},
 	} {
 		// A serve that accepted the flag would run until killed: the deadline turns that into
 		// a failure rather than a hang.
@@ -412,6 +415,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		cancel()
 		if err == nil || !strings.Contains(string(out), c.want) {
 			t.Errorf("serve %s: %v, output %q; want a failure naming %s", c.flag, err, out, c.want)
+		}
+		if strings.Contains(string(out), ":pw@") {
+			t.Errorf("serve %s: the output shows the password: %q", c.flag, out)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type Metrics struct {
 	rejected     *prometheus.CounterVec
 	breaker      *prometheus.GaugeVec
 	anonymous    *prometheus.CounterVec
+	controlUp    prometheus.Gauge
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
 	durations    atomic.Pointer[map[string]prometheus.Observer]
@@ -72,10 +73,14 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_requests_without_identity_total",
 			Help: "Checks by API where a limit keys on an identity attribute (identity, user, api_key, ip) the request lacks: such requests share one bucket per limit.",
 		}, []string{"api"}),
+		controlUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_control_store_up",
+			Help: "1 when the control store answers, 0 while it does not (the node enforces the last policy it compiled).",
+		}),
 		storeErrName: storeName,
 		reg:          reg,
 	}
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp)
 	empty := map[checkKey]prometheus.Counter{}
 	m.counters.Store(&empty)
 	durations := map[string]prometheus.Observer{}
@@ -155,6 +160,18 @@ func (m *Metrics) BreakerState(state string) {
 	}
 	v := map[string]float64{"closed": 0, "half-open": 1, "open": 2}[state]
 	m.breaker.WithLabelValues(m.storeErrName).Set(v)
+}
+
+// ControlStoreUp records whether the control store answers.
+func (m *Metrics) ControlStoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.controlUp.Set(v)
 }
 
 // WatchHotKeys exports hot-key mode's figures, read from stats when scraped: the keys now hot,

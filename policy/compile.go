@@ -36,17 +36,31 @@ func (m StoreErrorMode) String() string {
 // Snapshot is a compiled policy: immutable, safe for any number of goroutines, and swapped
 // whole when the policy changes so that a check never sees half of two policies.
 type Snapshot struct {
-	// Version identifies the policy's content: the same files give the same version.
+	// Version identifies the policy's content: the same files give the same version, a hash
+	// of their contents; compiled with the control store (CompileWith) it is
+	// Version(files version, control version).
 	Version string
 
-	rules      []*CompiledRule
-	byName     map[string]*CompiledRule
-	index      ruleIndex
-	overrides  map[target][]*compiledOverride
+	rules     []*CompiledRule
+	byName    map[string]*CompiledRule
+	index     ruleIndex
+	overrides map[target][]*compiledOverride // of the shapes of two or more attributes
+	// single holds the overrides of one-attribute shapes (a tenant, a user, an API key or an
+	// endpoint: most of them), by singleIndex and the attribute's value. A string key hashes
+	// in about a third of the time of a target (6.5 against 18 ns at 10,000 entries), and
+	// every request pays this lookup for every shape the policy uses.
+	single     [4]map[string][]*compiledOverride
 	exemptions exemptions
+	ids        identities
 	envoy      *envoyconf.Config
 	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
 	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
+
+	filesVersion   string
+	controlVersion int64
+	// nextExpiry is the earliest expiry of an exemption in the snapshot (zero for none): the
+	// snapshot is to be compiled again then (see CompileWith).
+	nextExpiry time.Time
 }
 
 // CompiledRule is a Rule ready to apply.
@@ -138,68 +152,113 @@ func Compile(cfgs ...*Config) (*Snapshot, error) {
 // compile builds the snapshot of cfgs, adding every mistake to errs; the snapshot is
 // meaningless when errs is not empty.
 func compile(cfgs []*Config, errs *errorList) *Snapshot {
-	s := &Snapshot{byName: map[string]*CompiledRule{}, overrides: map[target][]*compiledOverride{}}
-	names := map[string]bool{} // of rules with mistakes too, so that a duplicate is still one
+	b := newBuilder()
 	for _, cfg := range cfgs {
 		for i := range cfg.Rules {
-			r, rerrs := compileRule(&cfg.Rules[i], len(s.rules))
-			for _, err := range rerrs {
+			for _, err := range b.rule(&cfg.Rules[i]) {
 				errs.add(cfg.locate(err, "rules", i))
 			}
-			if name := cfg.Rules[i].Name; name != "" {
-				if names[name] {
-					errs.add(cfg.locate(&FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", name)}, "rules", i))
-					continue
-				}
-				names[name] = true
-			}
-			if r == nil {
-				continue
-			}
-			s.byName[r.Name] = r
-			s.rules = append(s.rules, r)
 		}
 	}
-	s.index = buildIndex(s.rules)
+	b.indexRules()
 	h := sha256.New()
-	seen := map[shape]bool{}
 	for _, cfg := range cfgs {
-		for i := range cfg.Overrides {
-			o, oerrs := s.compileOverride(&cfg.Overrides[i])
-			for _, err := range oerrs {
-				errs.add(cfg.locate(err, "overrides", i))
-			}
-			if o == nil {
-				continue
-			}
-			s.overrides[o.target] = append(s.overrides[o.target], o)
-			if o.apiKey != "" {
-				if s.apiKeys == nil {
-					s.apiKeys = map[string]string{}
-				}
-				s.apiKeys[o.apiKey] = o.apiKey
-			}
-			if !seen[o.shape] {
-				seen[o.shape] = true
-				s.shapes = append(s.shapes, o.shape)
-			}
-		}
-		for i := range cfg.Exemptions {
-			if err := s.exemptions.add(&cfg.Exemptions[i]); err != nil {
-				errs.add(cfg.locate(err, "exemptions", i))
-			}
-		}
+		b.fileTargets(cfg, errs)
 		canonical, _ := json.Marshal(cfg)
 		h.Write(canonical)
 	}
-	slices.SortFunc(s.shapes, func(a, b shape) int {
+	b.finish()
+	b.s.Version = hex.EncodeToString(h.Sum(nil)[:6])
+	return b.s
+}
+
+// builder assembles a Snapshot: every rule first (overrides name them), then the index, then
+// overrides, exemptions and identity assignments, then finish.
+type builder struct {
+	s     *Snapshot
+	names map[string]bool // of rules with mistakes too, so that a duplicate is still one
+	seen  map[shape]bool
+}
+
+func newBuilder() *builder {
+	return &builder{
+		s:     &Snapshot{byName: map[string]*CompiledRule{}, overrides: map[target][]*compiledOverride{}},
+		names: map[string]bool{},
+		seen:  map[shape]bool{},
+	}
+}
+
+// rule compiles r and adds it, or returns its mistakes; a name taken already is one of them.
+func (b *builder) rule(r *Rule) []error {
+	c, errs := compileRule(r, len(b.s.rules))
+	if name := r.Name; name != "" {
+		if b.names[name] {
+			return append(errs, &FieldError{Field: "name", Msg: fmt.Sprintf("duplicate rule name %q", name)})
+		}
+		b.names[name] = true
+	}
+	if c == nil {
+		return errs
+	}
+	b.s.byName[c.Name] = c
+	b.s.rules = append(b.s.rules, c)
+	return errs
+}
+
+func (b *builder) indexRules() { b.s.index = buildIndex(b.s.rules) }
+
+// fileTargets adds the overrides and exemptions of cfg.
+func (b *builder) fileTargets(cfg *Config, errs *errorList) {
+	for i := range cfg.Overrides {
+		for _, err := range b.override(&cfg.Overrides[i], fileSources) {
+			errs.add(cfg.locate(err, "overrides", i))
+		}
+	}
+	for i := range cfg.Exemptions {
+		if err := b.s.exemptions.add(&cfg.Exemptions[i]); err != nil {
+			errs.add(cfg.locate(err, "exemptions", i))
+		}
+	}
+}
+
+// override compiles o and adds it, or returns its mistakes. sources are the values its
+// Source may take.
+func (b *builder) override(o *Override, sources []string) []error {
+	c, errs := b.s.compileOverride(o, sources)
+	if c == nil {
+		return errs
+	}
+	s := b.s
+	if i := singleIndex(c.shape); i >= 0 {
+		if s.single[i] == nil {
+			s.single[i] = map[string][]*compiledOverride{}
+		}
+		v := c.target.value(c.shape)
+		s.single[i][v] = append(s.single[i][v], c)
+	} else {
+		s.overrides[c.target] = append(s.overrides[c.target], c)
+	}
+	if c.apiKey != "" {
+		if s.apiKeys == nil {
+			s.apiKeys = map[string]string{}
+		}
+		s.apiKeys[c.apiKey] = c.apiKey
+	}
+	if !b.seen[c.shape] {
+		b.seen[c.shape] = true
+		s.shapes = append(s.shapes, c.shape)
+	}
+	return nil
+}
+
+// finish orders the override shapes, most specific first (see matchOverrides).
+func (b *builder) finish() {
+	slices.SortFunc(b.s.shapes, func(a, b shape) int {
 		if a.moreSpecific(b) {
 			return -1
 		}
 		return 1
 	})
-	s.Version = hex.EncodeToString(h.Sum(nil)[:6])
-	return s
 }
 
 // errorList collects the mistakes of a policy, up to maxErrors.
@@ -550,6 +609,27 @@ type target struct {
 	tenant, user, endpoint, apiKey string
 }
 
+// singleIndex returns the index in Snapshot.single of a shape of one attribute, or -1.
+func singleIndex(sh shape) int {
+	if bits.OnesCount8(uint8(sh)) != 1 {
+		return -1
+	}
+	return bits.TrailingZeros8(uint8(sh))
+}
+
+// value returns the value of the one attribute of shape sh.
+func (t *target) value(sh shape) string {
+	switch sh {
+	case shapeTenant:
+		return t.tenant
+	case shapeUser:
+		return t.user
+	case shapeEndpoint:
+		return t.endpoint
+	}
+	return t.apiKey
+}
+
 type compiledOverride struct {
 	target
 	shape     shape
@@ -574,7 +654,23 @@ const (
 // maxMultiplier bounds a multiplier override: a limit at most 1000 times its rule's.
 const maxMultiplier = 1000
 
-func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, []error) {
+// Override sources (DESIGN.md, Policy): a policy file's, the admin API's, or an automatic
+// penalty's. "operator" is what files said before "file", kept so that they still load.
+const (
+	SourceFile      = "file"
+	SourceAPI       = "api"
+	SourceAutomatic = "automatic"
+	sourceOperator  = "operator"
+)
+
+// The Source values an override may carry: in a file (where empty means "file"), and from
+// the control store.
+var (
+	fileSources    = []string{"", SourceFile, sourceOperator, SourceAutomatic}
+	controlSources = []string{SourceAPI, SourceAutomatic}
+)
+
+func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOverride, []error) {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -612,12 +708,11 @@ func (s *Snapshot) compileOverride(o *Override) (*compiledOverride, []error) {
 	if o.ExpiresAt.IsZero() {
 		bad("expires_at", "required (RFC 3339, e.g. 2026-12-01T00:00:00Z)")
 	}
-	switch c.Source {
-	case "":
-		c.Source = "operator"
-	case "operator", "automatic":
-	default:
-		bad("source", "%q is not operator or automatic", o.Source)
+	switch {
+	case !slices.Contains(sources, c.Source):
+		bad("source", "%q is not one of %s", o.Source, strings.Join(slices.DeleteFunc(slices.Clone(sources), func(v string) bool { return v == "" || v == sourceOperator }), ", "))
+	case c.Source == "" || c.Source == sourceOperator:
+		c.Source = SourceFile
 	}
 	// Fields that the type does not use are mistakes, not silently dropped.
 	unused := func(field string, set bool, typ string) {

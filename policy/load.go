@@ -20,6 +20,16 @@ import (
 // rate limit service; any other is native. The snapshot's version is a hash of the files'
 // contents (see LoadFiles), so the same files give the same version however path is spelled.
 func Load(path string) (*Snapshot, error) {
+	f, err := ReadFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.snap, nil
+}
+
+// ReadFiles reads and validates the policy files at path as Load does, and keeps them parsed
+// for CompileWith, which combines them with the control store's state.
+func ReadFiles(path string) (*Files, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
@@ -45,7 +55,7 @@ func Load(path string) (*Snapshot, error) {
 		}
 		files[n] = data
 	}
-	return LoadFiles(files)
+	return ParseFiles(files)
 }
 
 // LoadFiles is Load for named in-memory files. Files are read in the order of their names.
@@ -58,6 +68,30 @@ func Load(path string) (*Snapshot, error) {
 // compared. The order is kept because it is part of the policy: rules apply in it, and
 // Envoy-format wildcards of a merged domain are tried in it.
 func LoadFiles(files map[string][]byte) (*Snapshot, error) {
+	f, err := ParseFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	return f.snap, nil
+}
+
+// Files is a policy read from files, parsed and validated: the read-only part of a policy,
+// which CompileWith combines with the control store's state. It is immutable.
+type Files struct {
+	// Version is the hash of the files' contents that LoadFiles describes.
+	Version string
+
+	native []*Config
+	envoy  *envoyconf.Config
+	snap   *Snapshot // the files alone
+}
+
+// Snapshot returns the policy of the files alone, whose version is Files.Version.
+func (f *Files) Snapshot() *Snapshot { return f.snap }
+
+// ParseFiles is LoadFiles that keeps the files parsed for CompileWith. It refuses files with
+// any mistake, as LoadFiles does.
+func ParseFiles(files map[string][]byte) (*Files, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -101,11 +135,8 @@ func LoadFiles(files map[string][]byte) (*Snapshot, error) {
 		return nil, err
 	}
 	version := hex.EncodeToString(h.Sum(nil)[:6])
-	if cfg == nil {
-		snap.Version = version
-		return snap, nil
-	}
-	return snap.WithEnvoy(cfg, version), nil
+	snap.Version, snap.filesVersion, snap.envoy = version, version, cfg
+	return &Files{Version: version, native: native, envoy: cfg, snap: snap}, nil
 }
 
 // unjoin returns the errors that errors.Join joined into err, or err alone.

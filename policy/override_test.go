@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"strings"
 	"testing"
+	"time"
 )
 
 // shapeFields are the four attributes an override can target, with a value each that a test
@@ -199,5 +200,33 @@ overrides:
 		}
 	}); n != 0 {
 		t.Errorf("BanFor: %v allocations", n)
+	}
+}
+
+// TestResolveNowReadsClockOnlyForOverrides: the clock is read once for a request that an
+// override matches, with the override applied at that time, and not at all for the others.
+func TestResolveNowReadsClockOnlyForOverrides(t *testing.T) {
+	s := mustCompile(t, `
+rules:
+  - {name: a, key: [tenant, user], limit: 10, period: 1s}
+  - {name: b, key: [tenant], limit: 10, period: 1s}
+overrides:
+  - {tenant: acme, type: custom, limit: 3, expires_at: "2026-11-23T12:00:00Z"}
+`)
+	reads := 0
+	at := now.Add(-time.Second)
+	clock := func() time.Time { reads++; return at }
+	var sc Scratch
+	ls, got := s.ResolveNow(&Request{Tenant: "zeta", User: "u"}, clock, &sc)
+	if reads != 0 || !got.IsZero() || len(ls) != 2 {
+		t.Errorf("unmatched: %d clock reads, time %v, %d limits", reads, got, len(ls))
+	}
+	ls, got = s.ResolveNow(&Request{Tenant: "acme", User: "u"}, clock, &sc)
+	if reads != 1 || !got.Equal(at) || ls[0].Spec.Limit != 3 || ls[1].Spec.Limit != 3 {
+		t.Errorf("matched: %d clock reads, time %v, limits %d %d", reads, got, ls[0].Spec.Limit, ls[1].Spec.Limit)
+	}
+	at = now // the override's expiry: it no longer applies
+	if ls, _ = s.ResolveNow(&Request{Tenant: "acme", User: "u"}, clock, &sc); ls[0].Spec.Limit != 10 {
+		t.Errorf("expired override still applies: limit %d", ls[0].Spec.Limit)
 	}
 }

@@ -94,7 +94,7 @@ func TestDesignExample(t *testing.T) {
 	if got := limits[0].Spec.Limit; got != 10 {
 		t.Errorf("john's limit under a 0.1 multiplier = %d, want 10", got)
 	}
-	if reason, source, ok := limits[0].OverrideReason(); !ok || reason != "abuse" || source != "operator" {
+	if reason, source, ok := limits[0].OverrideReason(); !ok || reason != "abuse" || source != "file" {
 		t.Errorf("override reason %q source %q ok %v", reason, source, ok)
 	}
 	limits = s.Resolve(&Request{Endpoint: "/api/x", Tenant: "acme", User: "john"}, now.AddDate(0, 1, 0), &sc)

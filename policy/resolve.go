@@ -88,6 +88,20 @@ func (s *Snapshot) Exempt(r *Request) bool { return s.exemptions.match(r) }
 // api_key+endpoint, user+tenant, user+endpoint, tenant+endpoint; api_key, user, tenant,
 // endpoint. At one target, an override naming the limit's rule beats one for every rule.
 func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
+	limits, _ := s.resolve(r, now, nil, sc)
+	return limits
+}
+
+// ResolveNow is Resolve that reads the time from clock, and only when an override of the
+// snapshot matches r: on some virtual machines reading the wall clock costs more than the rest
+// of resolving, and most requests match no override however many there are. It returns the
+// time it read, or the zero time when it needed none.
+func (s *Snapshot) ResolveNow(r *Request, clock func() time.Time, sc *Scratch) ([]Limit, time.Time) {
+	return s.resolve(r, time.Time{}, clock, sc)
+}
+
+// resolve is Resolve at now, or, when clock is set, at clock's time read on first need.
+func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc *Scratch) ([]Limit, time.Time) {
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
 	sc.cands = s.index.candidates(r, sc.cands[:0])
 	// Most policies have no overrides: then sc.ovs is neither read nor written.
@@ -119,6 +133,9 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
 		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
 		if overrides && len(sc.ovs) > 0 {
+			if clock != nil {
+				now, clock = clock(), nil
+			}
 			s.applyOverride(l, sc.ovs, now, sc)
 		}
 		sc.keys = rule.appendKey(sc.keys, r, sc)
@@ -133,13 +150,13 @@ func (s *Snapshot) Resolve(r *Request, now time.Time, sc *Scratch) []Limit {
 		}
 		l.Params = &l.Spec.Params
 	}
-	return sc.Limits
+	return sc.Limits, now
 }
 
 // BanFor returns the ban that the most specific override for r sets at now when no rule
 // matched r, so that a banned caller is denied even where no rule counts it.
 func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason string, ok bool) {
-	if len(s.overrides) == 0 {
+	if len(s.shapes) == 0 {
 		return time.Time{}, "", false
 	}
 	// On the stack: this runs for requests that no rule matched, with no Scratch to work in.
@@ -189,7 +206,13 @@ func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash fu
 			}
 			t.apiKey = apiKey
 		}
-		if list := s.overrides[t]; len(list) > 0 {
+		var list []*compiledOverride
+		if i := singleIndex(sh); i >= 0 {
+			list = s.single[i][t.value(sh)]
+		} else {
+			list = s.overrides[t]
+		}
+		if len(list) > 0 {
 			dst = append(dst, list)
 		}
 	}
@@ -343,4 +366,4 @@ func identityByte(kind byte) byte {
 
 // HasOverrides reports whether the policy has overrides, so a caller can skip reading the
 // clock that only their expiry needs.
-func (s *Snapshot) HasOverrides() bool { return len(s.overrides) > 0 }
+func (s *Snapshot) HasOverrides() bool { return len(s.shapes) > 0 }

@@ -63,10 +63,10 @@ func describe(s *policy.Snapshot) string {
 	return fmt.Sprintf("%d rules, %d Envoy domains, version %s", len(s.Rules()), domains, s.Version)
 }
 
-// loadPolicy reads path, or the built-in policy when path is empty.
-func loadPolicy(path string) (*policy.Snapshot, error) {
+// loadFiles reads the policy files at path, or the built-in policy when path is empty.
+func loadFiles(path string) (*policy.Files, error) {
 	if path == "" {
-		return policy.LoadFiles(map[string][]byte{"built-in default-policy.yaml": defaultPolicy})
+		return policy.ParseFiles(map[string][]byte{"built-in default-policy.yaml": defaultPolicy})
 	}
-	return policy.Load(path)
+	return policy.ReadFiles(path)
 }

@@ -43,10 +43,11 @@ func TestReadmeMatchesTheBinary(t *testing.T) {
 		}
 	})
 	t.Run("example rules exist in the built-in policy", func(t *testing.T) {
-		snap, err := loadPolicy("")
+		files, err := loadFiles("")
 		if err != nil {
 			t.Fatal(err)
 		}
+		snap := files.Snapshot()
 		for _, m := range regexp.MustCompile(`"rule":"([^"]+)"`).FindAllSubmatch(readme, -1) {
 			if snap.Rule(string(m[1])) == nil {
 				t.Errorf("the README's example names rule %q, which the built-in policy lacks", m[1])

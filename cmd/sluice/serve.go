@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/controlplane"
 	"github.com/sluicehq/sluice/server/grpcapi"
 	"github.com/sluicehq/sluice/server/httpapi"
 	"github.com/sluicehq/sluice/server/overload"
@@ -61,6 +62,10 @@ type serveConfig struct {
 	hotKeyThreshold  int
 	hotKeyOverage    float64
 	fleetSize        int
+	control          string
+	auditRetention   time.Duration
+	countsRetention  time.Duration
+	nodeID           string
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -74,10 +79,12 @@ func serveCommand() *cobra.Command {
 		Long: `Run the rate-limit service.
 
 With no flags it runs on the embedded default: the memory store with snapshots under ./data,
-the built-in example policy (sluice config show), HTTP on 127.0.0.1:8080 and gRPC on
-127.0.0.1:8081. Every flag can also be set by the environment variable named in its help.
-The policy reloads on SIGHUP and when its files change; an invalid new policy is logged and
-the running one kept.`,
+the SQLite control store ./data/control.db, the built-in example policy (sluice config show),
+HTTP on 127.0.0.1:8080 and gRPC on 127.0.0.1:8081. Every flag can also be set by the
+environment variable named in its help. The policy files reload on SIGHUP and when they
+change; an invalid new policy is logged and the running one kept. Changes made in the
+control store are compiled with the files and enforced within a second; while the control
+store is down the node keeps enforcing the last policy it compiled.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
 			return serve(cmd.Context(), c)
@@ -87,7 +94,13 @@ the running one kept.`,
 	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format (SLUICE_CONFIG); empty uses the built-in policy")
 	f.StringVar(&c.httpAddr, "http", envDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
-	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot (SLUICE_DATA_DIR)")
+	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
+	f.StringVar(&c.control, "control", envDefault("SLUICE_CONTROL", controlSQLite), "control store of rules, overrides, exemptions, identities, tokens and audit: sqlite (<data-dir>/control.db, one node) or postgres://user:pass@host:5432/db (a fleet) (SLUICE_CONTROL)")
+	c.auditRetention = retentionEnv("SLUICE_AUDIT_RETENTION", controlplane.DefaultAuditRetention)
+	f.Var(durationFlag{&c.auditRetention}, "audit-retention", "how long audit events are kept, e.g. 365d (SLUICE_AUDIT_RETENTION)")
+	c.countsRetention = retentionEnv("SLUICE_VIOLATIONS_RETENTION", controlplane.DefaultCountsRetention)
+	f.Var(durationFlag{&c.countsRetention}, "violations-retention", "how long violation and usage counts are kept, e.g. 30d (SLUICE_VIOLATIONS_RETENTION)")
+	f.StringVar(&c.nodeID, "node-id", envDefault("SLUICE_NODE_ID", ""), "this node's id in the control store's node list; default hostname:http-port (SLUICE_NODE_ID)")
 	f.StringVar(&c.storeURL, "store", envDefault("SLUICE_STORE", "memory"), "store: memory, or redis://[user:pass@]host:port/db, rediss://..., redis-sentinel://h1,h2/master, redis-cluster://h1,h2,... (SLUICE_STORE)")
 	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
 	f.StringVar(&c.logLevel, "log-level", envDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
@@ -132,19 +145,30 @@ func serve(ctx context.Context, c serveConfig) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(c.gcPercent)
 	}
-	snap, err := loadPolicy(c.config)
+	if err := checkControl(c.control); err != nil {
+		return err
+	}
+	files, err := loadFiles(c.config)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
 	}
-	if isMemory(c.storeURL) {
-		// The memory store's snapshot lives in --data-dir: one process per folder, or each
-		// would overwrite the other's. Taken before the snapshot is read; held until return.
+	snap := files.Snapshot()
+	if isMemory(c.storeURL) || isSQLiteControl(c.control) {
+		// The memory store's snapshot and the SQLite control store live in --data-dir: one
+		// process per folder, or each would overwrite the other's snapshot and two nodes
+		// would share one node's control store. Taken before either is read; held until
+		// return.
 		lock, err := lockDataDir(c.dataDir)
 		if err != nil {
 			return err
 		}
 		defer lock.Close()
 	}
+	ctrl, ctrlName, err := openControl(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, storeName, err := openStore(ctx, c, log)
@@ -152,7 +176,6 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	m := metrics.New(reg, storeName)
-	m.PolicyLoaded(snap.Version, nil)
 	if storeName != "memory" {
 		m.BreakerState("closed")
 		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, OnStateChange: func(from, to string) {
@@ -176,7 +199,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		st.Close()
 		return err
 	}
-	log.Info("policy loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName)
+	log.Info("policy files loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName, "control", ctrlName)
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -190,10 +213,31 @@ func serve(ctx context.Context, c serveConfig) error {
 		return fmt.Errorf("--grpc: %w", err)
 	}
 
+	// From here the runtime sets the limiter's policy: the files and the control store
+	// compiled together.
+	rt, err := controlplane.New(controlplane.Options{
+		Store: ctrl, Limiter: lim, Files: files, FilesPath: c.config,
+		NodeID: nodeID(c.nodeID, httpLn.Addr()), Addr: httpLn.Addr().String(),
+		Metrics: m, Logger: log,
+		AuditRetention: c.auditRetention, CountsRetention: c.countsRetention,
+	})
+	if err != nil {
+		grpcLn.Close()
+		httpLn.Close()
+		lim.Close()
+		return err
+	}
+	rt.Start(ctx)
+	defer rt.Close()
+
 	api := httpapi.New(lim, m, httpapi.Options{
 		MaxBodyBytes: c.maxBody,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		Ready:        []httpapi.ReadyCheck{{Name: "store", Check: storeCheck(st)}},
+		Ready: []httpapi.ReadyCheck{
+			{Name: "store", Check: storeCheck(st)},
+			// The node decides on its last policy while the control store is down.
+			{Name: "control_store", Check: rt.Health, Optional: true},
+		},
 	})
 	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
 	adminLim, err := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
@@ -203,15 +247,23 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	defer adminLim.Close()
 	admin := overload.NewAdmin(adminLim)
-	var handler http.Handler = gate.HTTP(admin.HTTP(api))
+	adminHandler, err := adminAPI(adminDeps{store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	if err != nil {
+		lim.Close()
+		return err
+	}
+	if adminHandler == nil {
+		adminHandler = http.NotFoundHandler()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/admin/v1/", adminHandler)
+	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
 	if c.pprof {
-		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.Handle("/", gate.HTTP(admin.HTTP(api)))
-		handler = mux
 	}
+	var handler http.Handler = mux
 	httpSrv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -241,9 +293,9 @@ func serve(ctx context.Context, c serveConfig) error {
 	go func() { errs <- httpSrv.Serve(httpLn) }()
 	go func() { errs <- grpcSrv.Serve(grpcLn) }()
 	if c.config != "" {
-		go watchPolicy(ctx, c.config, lim, m, log)
+		go watchPolicy(ctx, c.config, rt, m, log)
 	}
-	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", storeName, "data_dir", c.dataDir)
+	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", storeName, "control", ctrlName, "data_dir", c.dataDir, "policy", lim.Policy().Version)
 
 	var serveErr error
 	select {
@@ -265,6 +317,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	case <-shutdownCtx.Done():
 		grpcSrv.Stop()
 	}
+	rt.Close()
 	if err := lim.Close(); err != nil {
 		log.Error("close store", "err", err)
 		return err
@@ -344,9 +397,10 @@ func orBuiltIn(path string) string {
 	return path
 }
 
-// watchPolicy reloads the policy on SIGHUP and when its files change. A bad policy is logged,
+// watchPolicy reloads the policy files on SIGHUP and when they change, and hands them to the
+// runtime, which compiles them with the control store's state. A bad policy is logged,
 // counted and ignored: the running one stays.
-func watchPolicy(ctx context.Context, path string, lim *sluice.Limiter, m *metrics.Metrics, log *slog.Logger) {
+func watchPolicy(ctx context.Context, path string, rt *controlplane.Runtime, m *metrics.Metrics, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -369,20 +423,20 @@ func watchPolicy(ctx context.Context, path string, lim *sluice.Limiter, m *metri
 		}
 	}
 	reload := func(why string) {
-		snap, err := loadPolicy(path)
-		m.PolicyLoaded(versionOf(snap), err)
+		files, err := loadFiles(path)
 		if err != nil {
-			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", lim.Policy().Version, "err", err)
+			m.PolicyLoaded("", err)
+			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", rt.Files().Version, "err", err)
 			return
 		}
-		if snap.Version == lim.Policy().Version {
+		if files.Version == rt.Files().Version {
 			return
 		}
-		if err := lim.SetPolicy(snap); err != nil {
+		if err := rt.SetFiles(files, why); err != nil {
 			log.Error("policy reload failed; keeping the running policy", "trigger", why, "err", err)
 			return
 		}
-		log.Info("policy reloaded", "trigger", why, "policy", describe(snap))
+		log.Info("policy files reloaded", "trigger", why, "files", describe(files.Snapshot()))
 	}
 	// Changes come in bursts (write, chmod, rename): settle before reading.
 	var settle <-chan time.Time
@@ -416,11 +470,4 @@ func relevant(config, changed string) bool {
 		return strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml")
 	}
 	return filepath.Clean(changed) == filepath.Clean(config)
-}
-
-func versionOf(s *policy.Snapshot) string {
-	if s == nil {
-		return ""
-	}
-	return s.Version
 }

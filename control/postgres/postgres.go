@@ -19,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,31 +59,83 @@ type Store struct {
 
 // Open connects to the database at url (postgres://user:pass@host:5432/db?sslmode=...),
 // applies the schema migrations it lacks, and returns the Store. Two nodes starting together
-// migrate one after the other.
+// migrate one after the other. It fails when the database cannot be reached: see OpenLazy.
 func Open(ctx context.Context, url string, opts control.Options) (*Store, error) {
-	queries, err := sqlstore.ParseQueries(files, "sql/queries")
+	s, m, err := open(url, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := m.ensure(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenLazy is Open for a database that may be down: it fails only for a bad url, and leaves
+// connecting and migrating to the first call that needs the database. Until then every call
+// fails with the connection's error, as calls do while the database is down later on. A
+// node starts with it so that it serves on its last known policy whether or not the control
+// store answers, and follows the store once it does.
+func OpenLazy(url string, opts control.Options) (*Store, error) {
+	s, _, err := open(url, opts)
+	return s, err
+}
+
+// migrator applies the schema migrations once per Store, on the first connection that works.
+type migrator struct {
+	cfg     *pgx.ConnConfig
+	queries map[string]string
+	where   string
+	mu      sync.Mutex
+	done    atomic.Bool
+}
+
+// ensure migrates the database unless it was done already. It runs on a connection of its
+// own, outside the pool, since the pool calls it while it sets up one of its connections.
+func (m *migrator) ensure(ctx context.Context) error {
+	if m.done.Load() {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done.Load() {
+		return nil
+	}
+	db := stdlib.OpenDB(*m.cfg.Copy())
+	defer db.Close()
+	if err := sqlstore.Migrate(ctx, db, m.queries, files, "sql/migrations"); err != nil {
+		return fmt.Errorf("control store %s: %w", m.where, err)
+	}
+	m.done.Store(true)
+	return nil
+}
+
+// open builds the Store without touching the database. Every connection of its pool is set
+// up only once the schema is migrated (the pool's AfterConnect), so no query ever meets a
+// database without its tables, however long it was down.
+func open(url string, opts control.Options) (*Store, *migrator, error) {
+	queries, err := sqlstore.ParseQueries(files, "sql/queries")
+	if err != nil {
+		return nil, nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's message carries the URL with its password redacted.
-		return nil, fmt.Errorf("control store: %w", err)
+		return nil, nil, fmt.Errorf("control store: %w", err)
 	}
 	// Ping every connection the pool hands out, not only those idle for a second (pgxpool's
 	// default): after a database restart a pooled connection is dead, and the control plane's
 	// few queries a second can afford a round trip more to never fail on one.
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	m := &migrator{cfg: cfg.ConnConfig.Copy(), queries: queries, where: where(cfg)}
+	cfg.AfterConnect = func(ctx context.Context, _ *pgx.Conn) error { return m.ensure(ctx) }
+	// The pool connects on demand: creating it touches no database.
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		return nil, fmt.Errorf("control store: %w", err)
+		return nil, nil, fmt.Errorf("control store: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(pool)
-	if err := sqlstore.Migrate(ctx, db, queries, files, "sql/migrations"); err != nil {
-		db.Close()
-		pool.Close()
-		return nil, fmt.Errorf("control store %s: %w", where(cfg), err)
-	}
 	hub := sqlstore.NewHub()
 	l := &listener{
 		cfg: cfg.ConnConfig.Copy(), hub: hub, log: opts.Log(), query: queries["VersionGet"],
@@ -113,9 +166,9 @@ func Open(ctx context.Context, url string, opts control.Options) (*Store, error)
 	if err != nil {
 		db.Close()
 		pool.Close()
-		return nil, fmt.Errorf("control store %s: %w", where(cfg), err)
+		return nil, nil, fmt.Errorf("control store %s: %w", where(cfg), err)
 	}
-	return &Store{core}, nil
+	return &Store{core}, m, nil
 }
 
 // where names the database for errors and logs, without credentials.

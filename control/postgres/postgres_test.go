@@ -150,3 +150,44 @@ func TestStoreDownAndBack(t *testing.T) {
 		t.Errorf("CreateRule after the restart: %v", err)
 	}
 }
+
+// TestOpenLazyWhileDown: OpenLazy succeeds with the database down, where Open fails; calls
+// fail until it is back, and then the first one migrates the schema and works, and Watch
+// hears changes.
+func TestOpenLazyWhileDown(t *testing.T) {
+	c := pgtest.Start(t)
+	url := c.CreateDB(t)
+	c.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if s, err := postgres.Open(ctx, url, control.Options{}); err == nil {
+		s.Close()
+		t.Fatal("Open succeeded with the database down")
+	}
+	s, err := postgres.OpenLazy(url, control.Options{})
+	if err != nil {
+		t.Fatalf("OpenLazy with the database down: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Version(ctx); err == nil {
+		t.Error("Version succeeded with the database down")
+	}
+	w := s.Watch(t.Context())
+
+	c.Restart(t)
+	r, err := s.CreateRule(t.Context(), control.Change{Actor: "a"}, "r", json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatalf("CreateRule once the database is up: %v", err)
+	}
+	expect(t, w, r.Version)
+	if got := query(t, url, "SELECT version::text || ' ' || name FROM schema_migrations ORDER BY version"); strings.Join(got, ",") != "1 control,2 events" {
+		t.Errorf("schema_migrations = %v", got)
+	}
+}
+
+// TestOpenLazyBadURL: a URL that cannot be parsed is an error at once.
+func TestOpenLazyBadURL(t *testing.T) {
+	if _, err := postgres.OpenLazy("postgres://host:notaport/db", control.Options{}); err == nil {
+		t.Fatal("OpenLazy accepted a bad URL")
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/postgres"
+	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/controlplane"
+)
+
+// controlSQLite is --control's default: the embedded store, <data-dir>/control.db.
+const controlSQLite = "sqlite"
+
+// isSQLiteControl tells whether --control names the embedded store, which lives in the data
+// directory and so needs its lock.
+func isSQLiteControl(url string) bool { return url == controlSQLite || url == "" }
+
+// isPostgresControl tells whether --control is a PostgreSQL URL.
+func isPostgresControl(url string) bool {
+	return strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")
+}
+
+// checkControl validates --control before anything is opened.
+func checkControl(url string) error {
+	if isSQLiteControl(url) || isPostgresControl(url) {
+		return nil
+	}
+	return fmt.Errorf("--control: %q is not sqlite or a postgres:// URL", redact(url))
+}
+
+// redact hides a password in a URL-like value for messages.
+func redact(s string) string {
+	at := strings.LastIndexByte(s, '@')
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return s
+	}
+	creds := s[scheme+3 : at]
+	if user, _, ok := strings.Cut(creds, ":"); ok {
+		return s[:scheme+3] + user + ":xxxxx" + s[at:]
+	}
+	return s
+}
+
+// openControl opens the control store --control names. PostgreSQL is opened lazily: a
+// database that is down at start is logged, and the node serves on its policy files until it
+// answers, when the runtime catches up.
+func openControl(ctx context.Context, c serveConfig, log *slog.Logger) (control.Store, string, error) {
+	opts := control.Options{Logger: log}
+	if isSQLiteControl(c.control) {
+		path := sqlite.Path(c.dataDir)
+		s, err := sqlite.Open(ctx, path, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		return s, "sqlite " + path, nil
+	}
+	s, err := postgres.OpenLazy(c.control, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.Ping(pctx); err != nil {
+		log.Warn("control store unreachable at start; serving on the policy files and retrying", "err", err)
+	}
+	return s, "postgres", nil
+}
+
+// nodeID is --node-id, or hostname:port of the HTTP listener: stable across restarts of the
+// same node, and distinct for two nodes on one host.
+func nodeID(flag string, httpAddr net.Addr) string {
+	if flag != "" {
+		return flag
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "sluice"
+	}
+	port := ""
+	if a, ok := httpAddr.(*net.TCPAddr); ok {
+		port = fmt.Sprint(a.Port)
+	}
+	return host + ":" + port
+}
+
+// durationFlag is a flag holding a duration that also takes days ("365d"), as retention
+// periods are written.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	if *f.d > 0 && *f.d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", *f.d/(24*time.Hour))
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := policy.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("%q: must be above 0", s)
+	}
+	*f.d = d
+	return nil
+}
+
+func (durationFlag) Type() string { return "duration" }
+
+// retentionEnv reads a retention period from the environment, or def.
+func retentionEnv(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		var d time.Duration
+		if (durationFlag{&d}).Set(v) == nil {
+			return d
+		}
+	}
+	return def
+}
+
+// adminDeps is what the admin API is built from.
+type adminDeps struct {
+	store   control.Store
+	runtime *controlplane.Runtime
+	limiter *sluice.Limiter
+	metrics *metrics.Metrics
+	dataDir string
+	log     *slog.Logger
+}
+
+// adminAPI returns the handler of the admin API, mounted at /admin/v1/ on the HTTP listener
+// (server/adminapi); while it returns nil those paths answer 404.
+func adminAPI(adminDeps) (http.Handler, error) { return nil, nil }

@@ -89,6 +89,10 @@ type Files struct {
 // Snapshot returns the policy of the files alone, whose version is Files.Version.
 func (f *Files) Snapshot() *Snapshot { return f.snap }
 
+// Configs returns the native files as parsed, for read-only views of their entries (the admin
+// API lists file rules, overrides and exemptions with source "file"). Do not modify them.
+func (f *Files) Configs() []*Config { return f.native }
+
 // ParseFiles is LoadFiles that keeps the files parsed for CompileWith. It refuses files with
 // any mistake, as LoadFiles does.
 func ParseFiles(files map[string][]byte) (*Files, error) {

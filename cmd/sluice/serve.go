@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/controlplane"
@@ -66,6 +67,7 @@ type serveConfig struct {
 	auditRetention   time.Duration
 	countsRetention  time.Duration
 	nodeID           string
+	adminTokenFile   string
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -100,6 +102,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.Var(durationFlag{&c.auditRetention}, "audit-retention", "how long audit events are kept, e.g. 365d (SLUICE_AUDIT_RETENTION)")
 	c.countsRetention = retentionEnv("SLUICE_VIOLATIONS_RETENTION", controlplane.DefaultCountsRetention)
 	f.Var(durationFlag{&c.countsRetention}, "violations-retention", "how long violation and usage counts are kept, e.g. 30d (SLUICE_VIOLATIONS_RETENTION)")
+	f.StringVar(&c.adminTokenFile, "admin-token-file", envDefault("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the bootstrap admin token (named bootstrap); SLUICE_ADMIN_TOKEN wins when set; with neither, the first start writes a random one to <data-dir>/admin.token (SLUICE_ADMIN_TOKEN_FILE)")
 	f.StringVar(&c.nodeID, "node-id", envDefault("SLUICE_NODE_ID", ""), "this node's id in the control store's node list; default hostname:http-port (SLUICE_NODE_ID)")
 	f.StringVar(&c.storeURL, "store", envDefault("SLUICE_STORE", "memory"), "store: memory, or redis://[user:pass@]host:port/db, rediss://..., redis-sentinel://h1,h2/master, redis-cluster://h1,h2,... (SLUICE_STORE)")
 	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
@@ -230,7 +233,17 @@ func serve(ctx context.Context, c serveConfig) error {
 	rt.Start(ctx)
 	defer rt.Close()
 
+	adminHandler, err := adminAPI(ctx, adminDeps{tokenFile: c.adminTokenFile, store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	if err != nil {
+		grpcLn.Close()
+		httpLn.Close()
+		lim.Close()
+		return err
+	}
+	defer adminHandler.Close()
 	api := httpapi.New(lim, m, httpapi.Options{
+		// Resets restore quota: they need a write token, as every change does.
+		ResetAuth:    func(h http.Handler) http.Handler { return adminHandler.RequireRole(control.RoleWrite, h) },
 		MaxBodyBytes: c.maxBody,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Ready: []httpapi.ReadyCheck{
@@ -247,14 +260,6 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	defer adminLim.Close()
 	admin := overload.NewAdmin(adminLim)
-	adminHandler, err := adminAPI(adminDeps{store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
-	if err != nil {
-		lim.Close()
-		return err
-	}
-	if adminHandler == nil {
-		adminHandler = http.NotFoundHandler()
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/admin/v1/", adminHandler)
 	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
@@ -281,7 +286,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		// so the pool must cover the calls in flight, which on Redis wait for the store.
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
-	grpcapi.New(lim, m).Register(grpcSrv)
+	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
 	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/control/sqlite"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/adminapi"
 	"github.com/sluicehq/sluice/server/controlplane"
 )
 
@@ -136,14 +136,66 @@ func retentionEnv(name string, def time.Duration) time.Duration {
 
 // adminDeps is what the admin API is built from.
 type adminDeps struct {
-	store   control.Store
-	runtime *controlplane.Runtime
-	limiter *sluice.Limiter
-	metrics *metrics.Metrics
-	dataDir string
-	log     *slog.Logger
+	tokenFile string
+	store     control.Store
+	runtime   *controlplane.Runtime
+	limiter   *sluice.Limiter
+	metrics   *metrics.Metrics
+	dataDir   string
+	log       *slog.Logger
 }
 
-// adminAPI returns the handler of the admin API, mounted at /admin/v1/ on the HTTP listener
-// (server/adminapi); while it returns nil those paths answer 404.
-func adminAPI(adminDeps) (http.Handler, error) { return nil, nil }
+// adminAPI builds the admin API (server/adminapi), mounted at /admin/v1/ on the HTTP
+// listener, after making sure an admin token exists: the bootstrap secret from
+// SLUICE_ADMIN_TOKEN or --admin-token-file, else, at the first start, a random one written to
+// <data-dir>/admin.token (its path logged, never the token).
+func adminAPI(ctx context.Context, d adminDeps) (*adminapi.Server, error) {
+	secret, err := bootstrapSecret(d.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	bootstrap := adminapi.BootstrapOptions{Secret: secret, DataDir: d.dataDir, Log: d.log}
+	if _, err := adminapi.Bootstrap(ctx, d.store, bootstrap); err != nil {
+		// With PostgreSQL down at start the node still serves and decides; the token is set
+		// as soon as the control store answers.
+		d.log.Warn("admin token bootstrap failed; retrying until the control store answers", "err", err)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(2 * time.Second):
+				}
+				if _, err := adminapi.Bootstrap(ctx, d.store, bootstrap); err == nil {
+					d.log.Info("admin token bootstrap done")
+					return
+				}
+			}
+		}()
+	}
+	return adminapi.New(adminapi.Options{
+		Control:       d.store,
+		Limiter:       d.limiter,
+		Files:         func() adminapi.FilePolicy { return adminapi.FilesFromConfigs(d.runtime.Files().Configs()...) },
+		PolicyVersion: d.runtime.PolicyVersion,
+		Applied:       d.runtime.Sync,
+		NodeWindow:    controlplane.LiveNodeWindow,
+		Logger:        d.log,
+	})
+}
+
+// bootstrapSecret reads the bootstrap admin token: SLUICE_ADMIN_TOKEN, else the file named by
+// --admin-token-file, else none.
+func bootstrapSecret(file string) (string, error) {
+	if v := os.Getenv("SLUICE_ADMIN_TOKEN"); v != "" {
+		return v, nil
+	}
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

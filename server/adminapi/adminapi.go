@@ -86,6 +86,9 @@ type Options struct {
 	// Sluice-Policy-Version header, policy_version fields and GET /admin/v1/nodes. The
 	// default is the control version in decimal.
 	PolicyVersion func(controlVersion int64) string
+	// Applied, when set, is called after each change with its control version and returns
+	// once this node enforces it (the runtime's Sync), before the change is answered.
+	Applied func(ctx context.Context, controlVersion int64) error
 	// Now is the clock for ttl and the nodes window; time.Now when nil.
 	Now func() time.Time
 	// Logger receives server-side failures (never a secret); slog.Default() when nil.
@@ -318,15 +321,22 @@ func answerRaw(w http.ResponseWriter, status int, tag string, body []byte) error
 
 // changed sets the Sluice-Policy-Version header of a change at control version v and returns
 // the version's rendering for the body's policy_version.
-func (s *Server) changed(w http.ResponseWriter, v int64) string {
+func (s *Server) changed(ctx context.Context, w http.ResponseWriter, v int64) string {
+	if s.opts.Applied != nil {
+		// The answering node enforces the change before it answers, so a client that checks
+		// right after its change (on this node) sees it. Other nodes follow within a second.
+		if err := s.opts.Applied(ctx, v); err != nil {
+			s.log.Warn("admin change stored but not yet enforced on this node", "control_version", v, "err", err)
+		}
+	}
 	pv := s.opts.PolicyVersion(v)
 	w.Header().Set(PolicyVersionHeader, pv)
 	return pv
 }
 
 // deleted answers a deletion that made control version v.
-func (s *Server) deleted(w http.ResponseWriter, v int64) error {
-	s.changed(w, v)
+func (s *Server) deleted(ctx context.Context, w http.ResponseWriter, v int64) error {
+	s.changed(ctx, w, v)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

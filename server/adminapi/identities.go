@@ -134,7 +134,7 @@ func (s *Server) putIdentity(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return redact(err, kind, value)
 	}
-	return answer(w, http.StatusOK, etag(id.Version), identityOut{Identity: id, PolicyVersion: s.changed(w, id.Version)})
+	return answer(w, http.StatusOK, etag(id.Version), identityOut{Identity: id, PolicyVersion: s.changed(r.Context(), w, id.Version)})
 }
 
 func (s *Server) deleteIdentity(w http.ResponseWriter, r *http.Request) error {
@@ -150,7 +150,7 @@ func (s *Server) deleteIdentity(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return redact(err, kind, value)
 	}
-	return s.deleted(w, v)
+	return s.deleted(r.Context(), w, v)
 }
 
 // ---- tokens
@@ -212,7 +212,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	return answer(w, http.StatusCreated, etag(tok.Version), tokenCreated{
 		Name: tok.Name, Role: tok.Role, Token: secret, CreatedBy: tok.CreatedBy, CreatedAt: tok.CreatedAt,
-		PolicyVersion: s.changed(w, tok.Version),
+		PolicyVersion: s.changed(r.Context(), w, tok.Version),
 	})
 }
 
@@ -245,5 +245,5 @@ func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.deleted(w, v)
+	return s.deleted(r.Context(), w, v)
 }

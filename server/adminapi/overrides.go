@@ -255,7 +255,7 @@ func (s *Server) createOverride(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/admin/v1/overrides/"+strconv.FormatInt(o.ID, 10))
-	return answer(w, http.StatusCreated, etag(o.Version), overrideOut{Override: o, PolicyVersion: s.changed(w, o.Version)})
+	return answer(w, http.StatusCreated, etag(o.Version), overrideOut{Override: o, PolicyVersion: s.changed(r.Context(), w, o.Version)})
 }
 
 func (s *Server) deleteOverride(w http.ResponseWriter, r *http.Request) error {
@@ -277,7 +277,7 @@ func (s *Server) deleteOverride(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.deleted(w, v)
+	return s.deleted(r.Context(), w, v)
 }
 
 // ---- exemptions
@@ -397,7 +397,7 @@ func (s *Server) createExemption(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/admin/v1/exemptions/"+strconv.FormatInt(e.ID, 10))
-	return answer(w, http.StatusCreated, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(w, e.Version)})
+	return answer(w, http.StatusCreated, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(r.Context(), w, e.Version)})
 }
 
 func (s *Server) deleteExemption(w http.ResponseWriter, r *http.Request) error {
@@ -419,5 +419,5 @@ func (s *Server) deleteExemption(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.deleted(w, v)
+	return s.deleted(r.Context(), w, v)
 }

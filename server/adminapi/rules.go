@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -209,11 +210,11 @@ func (s *Server) createRule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.ruleChanged(w, http.StatusCreated, rule)
+	return s.ruleChanged(r.Context(), w, http.StatusCreated, rule)
 }
 
-func (s *Server) ruleChanged(w http.ResponseWriter, status int, rule control.Rule) error {
-	b, err := apiRuleJSON(rule, s.changed(w, rule.Version))
+func (s *Server) ruleChanged(ctx context.Context, w http.ResponseWriter, status int, rule control.Rule) error {
+	b, err := apiRuleJSON(rule, s.changed(ctx, w, rule.Version))
 	if err != nil {
 		return err
 	}
@@ -244,7 +245,7 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.ruleChanged(w, http.StatusOK, rule)
+	return s.ruleChanged(r.Context(), w, http.StatusOK, rule)
 }
 
 // patchRule applies a JSON merge patch to a stored rule. Without If-Match the read and the
@@ -298,7 +299,7 @@ func (s *Server) patchRule(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return s.ruleChanged(w, http.StatusOK, rule)
+		return s.ruleChanged(r.Context(), w, http.StatusOK, rule)
 	}
 }
 
@@ -315,5 +316,5 @@ func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.deleted(w, v)
+	return s.deleted(r.Context(), w, v)
 }

@@ -279,7 +279,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) error {
 	}
 	// A reset changes counters, not the policy: the header says which policy it ran under.
 	if v, err := s.store.Version(r.Context()); err == nil {
-		s.changed(w, v)
+		s.changed(r.Context(), w, v)
 	}
 	return answer(w, http.StatusOK, "", map[string]int{"keys_reset": n})
 }

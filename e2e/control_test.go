@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,11 +26,15 @@ func TestServeFollowsItsSQLiteControlStore(t *testing.T) {
 	s := start(t, path, dataDir)
 
 	code, body := s.readyz(t)
-	if code != 200 || body["control_store"] != "up" || !strings.HasSuffix(body["policy_version"], ".0") {
+	// The first start made the bootstrap admin token: control version 1.
+	if code != 200 || body["control_store"] != "up" || !strings.HasSuffix(body["policy_version"], ".1") {
 		t.Fatalf("/readyz: %d %v", code, body)
 	}
-	if got := s.getStatus("/admin/v1/rules"); got != 404 {
-		t.Errorf("/admin/v1/rules answered %d before the admin API is mounted, want 404", got)
+	if got := s.getStatus("/admin/v1/rules"); got != 401 {
+		t.Errorf("/admin/v1/rules without a token answered %d, want 401", got)
+	}
+	if info, err := os.Stat(filepath.Join(dataDir, "admin.token")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("the first start's admin token file: %v, %v", info, err)
 	}
 
 	st, err := sqlite.Open(t.Context(), filepath.Join(dataDir, sqlite.FileName), control.Options{})

@@ -214,3 +214,39 @@ func TestControlPlanePropagation(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("propagation A -> B over %d changes: p50 %v, p90 %v, max %v", len(took), took[len(took)/2], took[len(took)*9/10], took[len(took)-1])
 }
+
+// TestOverrideExpiresOnTimeOnEveryNode: a ban ends at its expires_at on both nodes, neither
+// early nor late by more than a check's round trip: expiry is read on the hot path against the
+// override's own time, not left to a sweep.
+func TestOverrideExpiresOnTimeOnEveryNode(t *testing.T) {
+	_, a, b := twoNodes(t)
+	code, ov := a.admin("POST", "/admin/v1/overrides", `{"tenant":"brief","type":"ban","ttl":"3s","reason":"expiry"}`)
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, ov)
+	}
+	expires, err := time.Parse(time.RFC3339Nano, ov["expires_at"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*server{a, b} {
+		waitFor(t, propagationBound, "the ban enforced", func() bool { return s.checkStatus(`{"tenant":"brief","user":"u"}`) == 429 })
+	}
+	// Until shortly before expiry every node denies...
+	for time.Until(expires) > 200*time.Millisecond {
+		for _, s := range []*server{a, b} {
+			if c := s.checkStatus(`{"tenant":"brief","user":"u"}`); c != 429 {
+				t.Fatalf("%v before expires_at a node answered %d", time.Until(expires), c)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// ...and from expiry on every node allows, each within a short margin of it.
+	for _, s := range []*server{a, b} {
+		waitFor(t, time.Until(expires)+500*time.Millisecond, "the ban lifted at expires_at", func() bool {
+			return s.checkStatus(`{"tenant":"brief","user":"u"}`) == 200
+		})
+		if late := time.Since(expires); late > 500*time.Millisecond {
+			t.Errorf("a node lifted the ban %v after expires_at", late)
+		}
+	}
+}

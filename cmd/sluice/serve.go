@@ -172,6 +172,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer ctrl.Close()
+	if err := bootstrapAdmin(ctx, ctrl, c.adminTokenFile, c.dataDir, log); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, storeName, err := openStore(ctx, c, log)
@@ -233,7 +236,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	rt.Start(ctx)
 	defer rt.Close()
 
-	adminHandler, err := adminAPI(ctx, adminDeps{tokenFile: c.adminTokenFile, store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	adminHandler, err := adminAPI(adminDeps{store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
 	if err != nil {
 		grpcLn.Close()
 		httpLn.Close()

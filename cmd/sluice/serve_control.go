@@ -145,20 +145,19 @@ type adminDeps struct {
 	log       *slog.Logger
 }
 
-// adminAPI builds the admin API (server/adminapi), mounted at /admin/v1/ on the HTTP
-// listener, after making sure an admin token exists: the bootstrap secret from
-// SLUICE_ADMIN_TOKEN or --admin-token-file, else, at the first start, a random one written to
-// <data-dir>/admin.token (its path logged, never the token).
-func adminAPI(ctx context.Context, d adminDeps) (*adminapi.Server, error) {
-	secret, err := bootstrapSecret(d.tokenFile)
+// bootstrapAdmin makes sure an admin token exists, before the node compiles its first policy
+// (the token is a change of the control store): the bootstrap secret from SLUICE_ADMIN_TOKEN
+// or --admin-token-file, else, at the first start, a random one written to
+// <data-dir>/admin.token (its path logged, never the token). With PostgreSQL down at start the
+// node still serves and decides; the token is set as soon as the control store answers.
+func bootstrapAdmin(ctx context.Context, store control.Store, tokenFile, dataDir string, log *slog.Logger) error {
+	secret, err := bootstrapSecret(tokenFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	bootstrap := adminapi.BootstrapOptions{Secret: secret, DataDir: d.dataDir, Log: d.log}
-	if _, err := adminapi.Bootstrap(ctx, d.store, bootstrap); err != nil {
-		// With PostgreSQL down at start the node still serves and decides; the token is set
-		// as soon as the control store answers.
-		d.log.Warn("admin token bootstrap failed; retrying until the control store answers", "err", err)
+	bootstrap := adminapi.BootstrapOptions{Secret: secret, DataDir: dataDir, Log: log}
+	if _, err := adminapi.Bootstrap(ctx, store, bootstrap); err != nil {
+		log.Warn("admin token bootstrap failed; retrying until the control store answers", "err", err)
 		go func() {
 			for {
 				select {
@@ -166,13 +165,18 @@ func adminAPI(ctx context.Context, d adminDeps) (*adminapi.Server, error) {
 					return
 				case <-time.After(2 * time.Second):
 				}
-				if _, err := adminapi.Bootstrap(ctx, d.store, bootstrap); err == nil {
-					d.log.Info("admin token bootstrap done")
+				if _, err := adminapi.Bootstrap(ctx, store, bootstrap); err == nil {
+					log.Info("admin token bootstrap done")
 					return
 				}
 			}
 		}()
 	}
+	return nil
+}
+
+// adminAPI builds the admin API (server/adminapi), mounted at /admin/v1/ on the HTTP listener.
+func adminAPI(d adminDeps) (*adminapi.Server, error) {
 	return adminapi.New(adminapi.Options{
 		Control:       d.store,
 		Limiter:       d.limiter,

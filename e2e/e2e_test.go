@@ -98,11 +98,19 @@ func start(t *testing.T, config, dataDir string, env ...string) *server {
 // startBin is start with another build of sluice (see staticBinary).
 func startBin(t *testing.T, binary, config, dataDir string, env ...string) *server {
 	t.Helper()
+	return startWith(t, binary, config, dataDir, nil, http.DefaultClient, "http", env...)
+}
+
+// startWith is startBin with extra serve flags, waiting for /healthz through client at
+// scheme://address (https and a client with certificates when the flags turn TLS on).
+func startWith(t *testing.T, binary, config, dataDir string, extra []string, client *http.Client, scheme string, env ...string) *server {
+	t.Helper()
 	s := &server{t: t, http: freePort(t), grpc: freePort(t), log: &syncBuffer{}, exited: make(chan error, 1), dataDir: dataDir, config: config, extraEnv: env}
 	args := []string{"serve", "--http", s.http, "--grpc", s.grpc, "--data-dir", dataDir, "--snapshot-interval", "100ms"}
 	if config != "" {
 		args = append(args, "--config", config)
 	}
+	args = append(args, extra...)
 	s.cmd = exec.Command(binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	s.cmd.Env = append(os.Environ(), env...)
@@ -121,7 +129,7 @@ func startBin(t *testing.T, binary, config, dataDir string, env ...string) *serv
 	})
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + s.http + "/healthz"); err == nil {
+		if resp, err := client.Get(scheme + "://" + s.http + "/healthz"); err == nil {
 			resp.Body.Close()
 			return s
 		}

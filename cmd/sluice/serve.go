@@ -68,6 +68,7 @@ type serveConfig struct {
 	countsRetention  time.Duration
 	nodeID           string
 	adminTokenFile   string
+	tls              tlsFlags
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -117,6 +118,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
+	c.tls.register(cmd)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
 }
@@ -149,6 +151,10 @@ func serve(ctx context.Context, c serveConfig) error {
 		debug.SetGCPercent(c.gcPercent)
 	}
 	if err := checkControl(c.control); err != nil {
+		return err
+	}
+	serverTLS, err := c.tls.open(log)
+	if err != nil {
 		return err
 	}
 	files, err := loadFiles(c.config)
@@ -283,6 +289,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	grpcSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(1<<20),
+		grpcCreds(serverTLS),
 		grpc.ChainUnaryInterceptor(gate.UnaryInterceptor(), admin.UnaryInterceptor()),
 		// A fixed pool of stream workers instead of a goroutine per RPC: less stack growth and
 		// scheduling per call. A call that finds every worker busy gets a goroutine of its own,
@@ -298,7 +305,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	errs := make(chan error, 2)
-	go func() { errs <- httpSrv.Serve(httpLn) }()
+	go func() { errs <- serveHTTP(httpSrv, httpLn, serverTLS) }()
 	go func() { errs <- grpcSrv.Serve(grpcLn) }()
 	if c.config != "" {
 		go watchPolicy(ctx, c.config, rt, m, log)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/tlsreload"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -118,7 +119,8 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 // max_flush_delay (durations; the last defaults to DefaultMaxFlushDelay, 0 turns it off),
 // pool_size, pipeline_multiplex (integers), tls=true (sentinel and
 // cluster forms), tls_ca_file (PEM of the CA that signed Redis's certificate),
-// tls_insecure_skip_verify=true. New fails with a clear error when Redis cannot be
+// tls_insecure_skip_verify=true, tls_cert_file and tls_key_file (PEM client certificate and key
+// for a Redis with tls-auth-clients, read again when they change). New fails with a clear error when Redis cannot be
 // reached or is older than MinVersion.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	opt, cluster, err := parseURL(rawURL)
@@ -280,6 +282,9 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 			return opt, false, fmt.Errorf("--store: tls_ca_file %s holds no PEM certificate", path)
 		}
 		opt.TLSConfig.RootCAs = pool
+	}
+	if err := clientCertificate(q, opt.TLSConfig); err != nil {
+		return opt, false, err
 	}
 	// The limiter wants answers, not client-side caching of them.
 	opt.DisableCache = true
@@ -814,3 +819,29 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 
 // Client exposes the connection for tests and tools.
 func (s *Store) Client() rueidis.Client { return s.client }
+
+// clientCertificate sets the client certificate that tls_cert_file and tls_key_file name, if
+// any, on cfg. The files are read again on a new connection when they changed (checked at most
+// once a second), so a rotated certificate is used from the next reconnect on; a bad file is
+// logged and the last good pair kept.
+func clientCertificate(q url.Values, cfg *tls.Config) error {
+	certFile, keyFile := q.Get("tls_cert_file"), q.Get("tls_key_file")
+	if certFile == "" && keyFile == "" {
+		return nil
+	}
+	if certFile == "" {
+		return errors.New("--store: tls_key_file needs tls_cert_file")
+	}
+	if keyFile == "" {
+		return errors.New("--store: tls_cert_file needs tls_key_file")
+	}
+	if cfg == nil {
+		return errors.New("--store: tls_cert_file needs rediss:// or tls=true")
+	}
+	r, err := tlsreload.New(tlsreload.Options{CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		return fmt.Errorf("--store: tls_cert_file: %w", err)
+	}
+	cfg.GetClientCertificate = r.ClientConfig().GetClientCertificate
+	return nil
+}

@@ -12,12 +12,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testca"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -90,4 +92,73 @@ func writeCertificates(t *testing.T, dir string) (caFile, certFile, keyFile stri
 		return path
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
+
+// TestTLSClientCertificate talks to a real redis-server that requires client certificates
+// (tls-auth-clients yes): the store gets in with tls_cert_file and tls_key_file from the CA
+// Redis trusts, and not without them or with a certificate from another CA.
+func TestTLSClientCertificate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := testca.New(t, "redis CA")
+	caFile := ca.File(t, dir, "ca.pem")
+	srvCert, srvKey := ca.Server(t, "redis").Files(t, dir, "redis")
+	cliCert, cliKey := ca.Client(t, "sluice").Files(t, dir, "client")
+	strangerCert, strangerKey := testca.New(t, "another CA").Client(t, "stranger").Files(t, dir, "stranger")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	redistest.Start(t, redistest.WithConfig(
+		"tls-port "+strconv.Itoa(tlsPort),
+		"tls-cert-file "+srvCert, "tls-key-file "+srvKey, "tls-ca-cert-file "+caFile,
+		"tls-auth-clients yes",
+	))
+	base := "rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?tls_ca_file=" + caFile
+	for _, c := range []struct{ name, query string }{
+		{"no client certificate", ""},
+		{"client certificate from another CA", "&tls_cert_file=" + strangerCert + "&tls_key_file=" + strangerKey},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if st, err := New(ctx, base+c.query, WithTimeout(2*time.Second)); err == nil {
+				st.Close()
+				t.Fatal("Redis with tls-auth-clients let the store in")
+			}
+		})
+	}
+	st := connect(t, base+"&tls_cert_file="+cliCert+"&tls_key_file="+cliKey, newClock())
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 1, 0, time.Minute)
+	res := make([]algorithm.Result, 1)
+	for i := range 2 {
+		if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: key.AppendHead(nil, "mtls", "1"), Params: &p, Cost: 1}}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed != (i == 0) {
+			t.Fatalf("request %d over mutual TLS: allowed=%v", i, res[0].Allowed)
+		}
+	}
+}
+
+func TestTLSClientCertificateURLErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cert, key := testca.New(t, "CA").Client(t, "c").Files(t, dir, "c")
+	junk := filepath.Join(dir, "junk.pem")
+	testca.WriteFile(t, junk, []byte("junk"))
+	for _, c := range []struct{ name, url, want string }{
+		{"certificate without key", "rediss://127.0.0.1:1?tls_cert_file=" + cert, "tls_cert_file needs tls_key_file"},
+		{"key without certificate", "rediss://127.0.0.1:1?tls_key_file=" + key, "tls_key_file needs tls_cert_file"},
+		{"without TLS", "redis://127.0.0.1:1?tls_cert_file=" + cert + "&tls_key_file=" + key, "needs rediss://"},
+		{"certificate not PEM", "rediss://127.0.0.1:1?tls_cert_file=" + junk + "&tls_key_file=" + key, "--store: tls_cert_file: tls certificate " + junk},
+		{"missing key", "rediss://127.0.0.1:1?tls_cert_file=" + cert + "&tls_key_file=" + filepath.Join(dir, "none"), "--store: tls_cert_file: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(ctx, c.url, WithTimeout(time.Second))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New: %v, want an error with %q", err, c.want)
+			}
+		})
+	}
 }

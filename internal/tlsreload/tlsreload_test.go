@@ -116,7 +116,7 @@ func (f *fixture) client(pair *testca.Pair) *tls.Config {
 	return cfg
 }
 
-// clientCA returns the CA the server's client CA file holds, by writing a new one there.
+// newClientCA makes a CA and writes it to the server's client CA file.
 func (f *fixture) newClientCA(name string) *testca.CA {
 	ca := testca.New(f.t, name)
 	testca.WriteFile(f.t, f.caFile, ca.PEM)

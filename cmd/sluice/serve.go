@@ -68,6 +68,7 @@ type serveConfig struct {
 	countsRetention  time.Duration
 	nodeID           string
 	adminTokenFile   string
+	abuse            abuseFlags
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -89,6 +90,9 @@ control store are compiled with the files and enforced within a second; while th
 store is down the node keeps enforcing the last policy it compiled.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+			if err := applyAbuseEnv(cmd.Flags()); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), c)
 		},
 	}
@@ -117,6 +121,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
+	addAbuseFlags(f, &c.abuse)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
 }
@@ -149,6 +154,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		debug.SetGCPercent(c.gcPercent)
 	}
 	if err := checkControl(c.control); err != nil {
+		return err
+	}
+	if err := c.abuse.validate(); err != nil {
 		return err
 	}
 	files, err := loadFiles(c.config)
@@ -232,8 +240,16 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	rt.Start(ctx)
 	defer rt.Close()
+	ab, err := startAbuse(ctx, c.abuse, ctrl, nodeID(c.nodeID, httpLn.Addr()), reg, log)
+	if err != nil {
+		grpcLn.Close()
+		httpLn.Close()
+		lim.Close()
+		return err
+	}
+	defer ab.Close()
 
-	adminHandler, err := adminAPI(ctx, adminDeps{tokenFile: c.adminTokenFile, store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	adminHandler, err := adminAPI(ctx, adminDeps{tokenFile: c.adminTokenFile, store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
 	if err != nil {
 		grpcLn.Close()
 		httpLn.Close()

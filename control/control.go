@@ -154,6 +154,12 @@ type Store interface {
 	Violations(ctx context.Context, f ViolationFilter) ([]ViolationCount, error)
 	// PruneCounts deletes the usage and violation counts of minutes before t (retention).
 	PruneCounts(ctx context.Context, before time.Time) (int64, error)
+	// WindowTotals sums the counts of the minutes in [from, to), in one consistent read, for
+	// the abuse detector: usage per (rule, tenant), and the violations of requests without a
+	// tenant per (rule, user, api key, ip), the identities that have no tenant to be judged
+	// by. Each total's Minute is from; Endpoint and Limit are unset.
+	// Both are ordered by rule, then tenant or identity, comparing bytes.
+	WindowTotals(ctx context.Context, from, to time.Time) ([]UsageCount, []ViolationCount, error)
 
 	// AcquireLease takes the named lease for holder until the store's clock plus ttl, or
 	// renews it if holder has it already. It reports false when another holder's lease has not

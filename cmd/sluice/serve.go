@@ -69,6 +69,7 @@ type serveConfig struct {
 	nodeID           string
 	adminTokenFile   string
 	tls              tlsFlags
+	abuse            abuseFlags
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -90,6 +91,9 @@ control store are compiled with the files and enforced within a second; while th
 store is down the node keeps enforcing the last policy it compiled.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+			if err := applyAbuseEnv(cmd.Flags()); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), c)
 		},
 	}
@@ -119,6 +123,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	c.tls.register(cmd)
+	addAbuseFlags(f, &c.abuse)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
 }
@@ -151,6 +156,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		debug.SetGCPercent(c.gcPercent)
 	}
 	if err := checkControl(c.control); err != nil {
+		return err
+	}
+	if err := c.abuse.validate(); err != nil {
 		return err
 	}
 	serverTLS, err := c.tls.open(log)
@@ -241,8 +249,16 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	rt.Start(ctx)
 	defer rt.Close()
+	ab, err := startAbuse(ctx, c.abuse, ctrl, nodeID(c.nodeID, httpLn.Addr()), reg, log)
+	if err != nil {
+		grpcLn.Close()
+		httpLn.Close()
+		lim.Close()
+		return err
+	}
+	defer ab.Close()
 
-	adminHandler, err := adminAPI(adminDeps{store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
 	if err != nil {
 		grpcLn.Close()
 		httpLn.Close()

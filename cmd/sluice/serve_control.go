@@ -103,10 +103,8 @@ func (f durationFlag) String() string {
 	if f.d == nil {
 		return ""
 	}
-	if *f.d > 0 && *f.d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", *f.d/(24*time.Hour))
-	}
-	return f.d.String()
+	text, _ := policy.Duration(*f.d).MarshalText() // 1d, 5m, 60s as people write them
+	return string(text)
 }
 
 func (f durationFlag) Set(s string) error {

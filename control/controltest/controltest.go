@@ -103,6 +103,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"CountsAddUp", testCountsAddUp},
 		{"Leases", testLeases},
+		{"WindowTotals", testWindowTotals},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -179,3 +179,54 @@ func testLeases(t *testing.T, e *env) {
 		t.Errorf("a lease without holder: %v", err)
 	}
 }
+
+// testWindowTotals sums two nodes' counts over a window of minutes: usage per rule and tenant,
+// and the violations of requests without a tenant per rule and identity.
+func testWindowTotals(t *testing.T, e *env) {
+	other := e.open()
+	m0 := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	usage := []control.UsageCount{
+		{Minute: m0.Add(-time.Minute), Rule: "r", Tenant: "acme", Allowed: 1000}, // before the window
+		{Minute: m0, Rule: "r", Tenant: "acme", Allowed: 10, Denied: 80, Soft: 5},
+		{Minute: m0.Add(4 * time.Minute), Rule: "r", Tenant: "acme", Allowed: 1, Denied: 1},
+		{Minute: m0.Add(2 * time.Minute), Rule: "b", Tenant: "acme", Allowed: 7},
+		{Minute: m0.Add(2 * time.Minute), Rule: "r", Tenant: "", Allowed: 3, Denied: 9},
+		{Minute: m0.Add(5 * time.Minute), Rule: "r", Tenant: "globex", Denied: 1000}, // at the end: out
+	}
+	violations := []control.ViolationCount{
+		{Minute: m0, Rule: "r", User: "john", IP: "192.0.2.1", Endpoint: "/a", Denied: 4, Limit: 10},
+		{Minute: m0.Add(time.Minute), Rule: "r", User: "john", IP: "192.0.2.1", Endpoint: "/b", Denied: 1, Soft: 2, Limit: 10},
+		{Minute: m0, Rule: "r", APIKey: "#1a2b", Soft: 3, Limit: 10},
+		{Minute: m0, Rule: "r", Tenant: "acme", User: "jane", Denied: 80, Limit: 10},         // has a tenant: out
+		{Minute: m0.Add(-time.Minute), Rule: "r", User: "john", IP: "192.0.2.1", Denied: 50}, // before: out
+	}
+	// Each node flushes every count once: the totals are twice the counts.
+	for _, s := range []control.Store{e.s, other} {
+		if err := s.AddCounts(e.ctx, usage, violations); err != nil {
+			t.Fatalf("AddCounts: %v", err)
+		}
+	}
+	gotU, gotV, err := other.WindowTotals(e.ctx, m0, m0.Add(5*time.Minute))
+	if err != nil {
+		t.Fatalf("WindowTotals: %v", err)
+	}
+	wantU := []control.UsageCount{
+		{Minute: m0, Rule: "b", Tenant: "acme", Allowed: 14},
+		{Minute: m0, Rule: "r", Tenant: "", Allowed: 6, Denied: 18},
+		{Minute: m0, Rule: "r", Tenant: "acme", Allowed: 22, Denied: 162, Soft: 10},
+	}
+	wantV := []control.ViolationCount{
+		{Minute: m0, Rule: "r", APIKey: "#1a2b", Soft: 6},
+		{Minute: m0, Rule: "r", User: "john", IP: "192.0.2.1", Denied: 10, Soft: 4},
+	}
+	if !reflect.DeepEqual(gotU, wantU) {
+		t.Errorf("usage totals = %+v\nwant %+v", gotU, wantU)
+	}
+	if !reflect.DeepEqual(gotV, wantV) {
+		t.Errorf("violation totals = %+v\nwant %+v", gotV, wantV)
+	}
+	u, v, err := e.s.WindowTotals(e.ctx, m0.Add(time.Hour), m0.Add(2*time.Hour))
+	if err != nil || len(u) != 0 || len(v) != 0 {
+		t.Errorf("an empty window: %+v, %+v, %v", u, v, err)
+	}
+}

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/control"
@@ -149,6 +152,42 @@ func (s *Store) PruneCounts(ctx context.Context, before time.Time) (int64, error
 		return 0, fmt.Errorf("prune counts: commit: %w", err)
 	}
 	return n, nil
+}
+
+// WindowTotals implements control.Store.
+func (s *Store) WindowTotals(ctx context.Context, from, to time.Time) ([]control.UsageCount, []control.ViolationCount, error) {
+	at := clampTime(from).UTC().Truncate(time.Microsecond)
+	tx, err := s.db.BeginTx(ctx, s.d.ReadTx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("window totals: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	args := []any{s.d.Time(clampTime(from)), s.d.Time(clampTime(to))}
+	usage, err := list(ctx, tx, s.q["UsageTotals"], func(r *sql.Rows) (control.UsageCount, error) {
+		u := control.UsageCount{Minute: at}
+		err := r.Scan(&u.Rule, &u.Tenant, &u.Allowed, &u.Denied, &u.Soft)
+		return u, err
+	}, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("window totals: usage: %w", err)
+	}
+	viols, err := list(ctx, tx, s.q["ViolationTotalsNoTenant"], func(r *sql.Rows) (control.ViolationCount, error) {
+		v := control.ViolationCount{Minute: at}
+		err := r.Scan(&v.Rule, &v.User, &v.APIKey, &v.IP, &v.Denied, &v.Soft)
+		return v, err
+	}, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("window totals: violations: %w", err)
+	}
+	// Sorted here rather than in SQL: PostgreSQL's collation and SQLite's byte order differ.
+	slices.SortFunc(usage, func(a, b control.UsageCount) int {
+		return cmp.Or(strings.Compare(a.Rule, b.Rule), strings.Compare(a.Tenant, b.Tenant))
+	})
+	slices.SortFunc(viols, func(a, b control.ViolationCount) int {
+		return cmp.Or(strings.Compare(a.Rule, b.Rule), strings.Compare(a.User, b.User),
+			strings.Compare(a.APIKey, b.APIKey), strings.Compare(a.IP, b.IP))
+	})
+	return usage, viols, nil
 }
 
 // AcquireLease implements control.Store.

@@ -62,6 +62,7 @@ var queryNames = []string{
 	"NodeUpsert", "NodeList", "NodePrune",
 	"UsageAdd", "ViolationAdd", "UsageHistory", "ViolationList", "UsagePrune", "ViolationPrune",
 	"LeaseAcquire", "LeaseGet", "LeaseRelease",
+	"UsageTotals", "ViolationTotalsNoTenant",
 }
 
 // CheckQueries returns an error naming the first query a driver forgot.

@@ -36,6 +36,22 @@ WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR user_name = ?2) AND (?3 = '' OR a
 ORDER BY minute DESC, rule_name, tenant, user_name, api_key, ip, endpoint
 LIMIT ?8;
 
+-- name: UsageTotals
+-- The abuse detector's window: minutes in [?1, ?2) summed per rule and tenant. The caller
+-- orders the rows (collations differ between the databases).
+SELECT rule_name, tenant, sum(allowed), sum(denied), sum(soft)
+FROM usage_minutes
+WHERE minute >= ?1 AND minute < ?2
+GROUP BY rule_name, tenant;
+
+-- name: ViolationTotalsNoTenant
+-- The abuse detector's window for requests without a tenant: minutes in [?1, ?2) summed per
+-- rule and identity, over the index on (tenant, minute).
+SELECT rule_name, user_name, api_key, ip, sum(denied), sum(soft)
+FROM violation_minutes
+WHERE tenant = '' AND minute >= ?1 AND minute < ?2
+GROUP BY rule_name, user_name, api_key, ip;
+
 -- name: UsagePrune
 DELETE FROM usage_minutes WHERE minute < ?1;
 

@@ -135,26 +135,14 @@ func TestControlPlaneTwoNodes(t *testing.T) {
 	var fiveHundreds, answered atomic.Int64
 	var wg sync.WaitGroup
 	stopTraffic := make(chan struct{})
-	for _, s := range []*server{a, b} {
-		for w := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stopTraffic:
-						return
-					default:
-					}
-					code := s.checkStatus(fmt.Sprintf(`{"tenant":"t%d","user":"u%d"}`, w, i%50))
-					answered.Add(1)
-					if code >= 500 {
-						fiveHundreds.Add(1)
-					}
-				}
-			}()
+	nodes := []*server{a, b}
+	loadUntil(stopTraffic, &wg, 4*len(nodes), func(g, i int) { // 4 workers a node
+		code := nodes[g/4].checkStatus(fmt.Sprintf(`{"tenant":"t%d","user":"u%d"}`, g%4, i%50))
+		answered.Add(1)
+		if code >= 500 {
+			fiveHundreds.Add(1)
 		}
-	}
+	})
 	waitFor(t, 5*time.Second, "readyz names the control store as down", func() bool {
 		body := a.get("/readyz")
 		return strings.Contains(body, `"control_store":"down"`)

@@ -53,39 +53,30 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var slowest time.Duration
 	duringPause := map[outcome]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	stalls := stallwatch.Start(t)
-	loadUntil(stop, &wg, 20, func(g, _ int) {
-		p := paused.Load()
-		start := time.Now()
-		o, err := call(client, node, "/open", fmt.Sprint("u", g))
-		// Time this test process did not run is no check's doing.
-		d := time.Since(start) - stalls.During(start, time.Now())
-		calls.Add(1)
-		if err != nil || o.status != 200 {
-			failed.Add(1)
+	// Paced, as clients are: fail-open answers come back at once, and 20 callers spinning on
+	// them would starve the -race server of the CPU its probes need.
+	load := redistest.StartLoad(t, 20, 2*time.Millisecond, func(g int) func() {
+		return func() {
+			p := paused.Load()
+			start := time.Now()
+			o, err := call(client, node, "/open", fmt.Sprint("u", g))
+			// Time this test process did not run is no check's doing.
+			d := time.Since(start) - stalls.During(start, time.Now())
+			calls.Add(1)
+			if err != nil || o.status != 200 {
+				failed.Add(1)
+			}
+			if d > deadline+margin {
+				slow.Add(1)
+			}
+			mu.Lock()
+			slowest = max(slowest, d)
+			if p && paused.Load() {
+				duringPause[o]++
+			}
+			mu.Unlock()
 		}
-		if d > deadline+margin {
-			slow.Add(1)
-		}
-		mu.Lock()
-		slowest = max(slowest, d)
-		if p && paused.Load() {
-			duringPause[o]++
-		}
-		mu.Unlock()
-		// Paced, as clients are: fail-open answers come back at once, and 20 callers
-		// spinning on them would starve the -race server of the CPU its probes need.
-		time.Sleep(2 * time.Millisecond)
-	})
-	t.Cleanup(func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
 	})
 
 	// Healthy seconds first, as in production: a breaker that weighs failures against the
@@ -99,8 +90,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	resumed := time.Now()
 	redis.Resume()
 	back := waitNormal(5 * time.Second)
-	close(stop)
-	wg.Wait()
+	load.Stop()
 
 	mu.Lock()
 	defer mu.Unlock()

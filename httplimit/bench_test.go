@@ -8,18 +8,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// discard is a ResponseWriter that keeps one header map, cleared between requests, so the
-// benchmark counts the middleware's allocations and not a recorder's.
-type discard struct {
-	h    http.Header
-	code int
-}
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(code int)        { d.code = code }
 
 // BenchmarkMiddleware is one allowed request through the middleware on a warm key: identity,
 // Check on the memory store, and the rate-limit headers. "peer" is the default; "identity" adds
@@ -47,14 +37,14 @@ func BenchmarkMiddleware(b *testing.B) {
 			r.RemoteAddr = "10.0.0.2:1234"
 			r.Header.Set("X-Forwarded-For", "198.51.100.7, 10.0.0.3")
 			r.Header.Set("X-Verified-User", "john")
-			w := &discard{h: http.Header{}}
+			w := testutil.NewDiscardWriter()
 			b.ReportAllocs()
 			for b.Loop() {
-				clear(w.h)
+				clear(w.Header())
 				h.ServeHTTP(w, r)
 			}
-			if w.code != 0 {
-				b.Fatalf("status %d", w.code)
+			if w.Code != 0 {
+				b.Fatalf("status %d", w.Code)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,36 +19,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/internal/admintest"
 	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/adminapi"
 )
 
-// adminEnginePolicy is what the limiter behind usage and reset enforces.
-const adminEnginePolicy = `
-rules:
-  - {name: per-user, key: [user], algorithm: fixed_window, limit: 3, period: 1m}
-`
-
-// adminFilePolicy is the read-only part the API shows with "source": "file".
-const adminFilePolicy = `
-rules:
-  - {name: file-rule, match: {endpoint: "/api/*"}, key: [tenant], algorithm: gcra, limit: 100, period: 1m}
-overrides:
-  - {tenant: file-tenant, type: ban, expires_at: "2027-06-01T00:00:00Z", reason: "from the file"}
-exemptions:
-  - {ip: "10.0.0.0/8"}
-`
-
 // adminSecrets are the secrets of the tokens every adminEnv starts with, one per role.
-var adminSecrets = map[control.Role]string{
-	control.RoleRead:  "sluice_cli-read-0123456789abcdef",
-	control.RoleWrite: "sluice_cli-write-0123456789abcdef",
-	control.RoleAdmin: "sluice_cli-admin-0123456789abcdef",
-}
-
-var adminTokenNames = map[control.Role]string{control.RoleRead: "reader", control.RoleWrite: "writer", control.RoleAdmin: "root"}
+var adminSecrets = admintest.Secrets
 
 // adminEnv is a real admin API (adminapi over a SQLite control store in a temporary folder
 // and a limiter on the memory store) behind a real HTTP listener on loopback, all on one
@@ -67,48 +43,23 @@ type adminEnv struct {
 
 func newAdminEnv(t *testing.T) *adminEnv {
 	t.Helper()
-	ctx := t.Context()
-	clock := testutil.NewClock()
-	dir := t.TempDir()
-	store, err := sqlite.Open(ctx, sqlite.Path(dir), control.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	cfg, err := policy.ParseConfig("files.yaml", []byte(adminFilePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := adminapi.FilesFromConfigs(cfg)
-	srv, err := adminapi.New(adminapi.Options{
-		Control: store,
-		Limiter: testutil.Limiter(t, adminEnginePolicy, clock),
-		Files:   func() adminapi.FilePolicy { return files },
-		Now:     clock.Now,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	a := admintest.New(t, func(o *adminapi.Options) {
 		// The auth tests fail on purpose; the guard is adminapi's to test.
-		AuthFailures: adminapi.AuthFailureLimit{Max: 100000, Period: time.Minute},
+		o.AuthFailures = adminapi.AuthFailureLimit{Max: 100000, Period: time.Minute}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	e := &adminEnv{t: t, store: store, clock: clock, tokens: map[control.Role]string{}}
+	e := &adminEnv{t: t, store: a.Store, clock: a.Clock, tokens: map[control.Role]string{}}
 	mux := http.NewServeMux()
 	mux.Handle(adminapi.Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.hits = append(e.hits, r.Method+" "+r.URL.EscapedPath())
 		e.mu.Unlock()
-		srv.ServeHTTP(w, r)
+		a.Server.ServeHTTP(w, r)
 	}))
 	ts := httptest.NewServer(mux) // 127.0.0.1
 	t.Cleanup(ts.Close)
 	e.url = ts.URL
+	dir := t.TempDir()
 	for role, secret := range adminSecrets {
-		if _, err := store.CreateToken(ctx, control.Change{Actor: "test-setup"},
-			control.Token{Name: adminTokenNames[role], Role: role, Hash: control.HashToken(secret)}); err != nil {
-			t.Fatal(err)
-		}
 		path := filepath.Join(dir, string(role)+".token")
 		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 			t.Fatal(err)

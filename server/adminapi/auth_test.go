@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,15 +12,14 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/internal/grpctest"
 	"github.com/sluicehq/sluice/server/adminapi"
 	"github.com/sluicehq/sluice/server/grpcapi"
 	"github.com/sluicehq/sluice/server/httpapi"
@@ -71,19 +69,7 @@ func TestResetNeedsWriteToken(t *testing.T) {
 		t.Errorf("check without a token: %d", rec.Code)
 	}
 
-	gs := grpc.NewServer()
-	grpcapi.New(e.lim, nil, grpcapi.WithResetAuth(e.srv.GRPCAuth(control.RoleWrite))).Register(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpctest.Serve(t, grpcapi.New(e.lim, nil, grpcapi.WithResetAuth(e.srv.GRPCAuth(control.RoleWrite))).Register)
 	client := sluicev1.NewRateLimiterClient(conn)
 	for _, tc := range []struct {
 		name string

@@ -5,25 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"reflect"
-	"strings"
 	"unicode/utf8"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/sluicehq/sluice/internal/strictjson"
 	"github.com/sluicehq/sluice/policy"
-)
-
-// decodeOptions refuse duplicate names, names in another letter case and unknown names, as
-// server/httpapi does: readers disagree on which of two equal names wins, so none is guessed.
-// JSON v2 defaults to all three; they are spelled out so that new defaults cannot loosen them.
-var decodeOptions = jsonv2.JoinOptions(
-	jsontext.AllowDuplicateNames(false),
-	jsonv2.MatchCaseInsensitiveNames(false),
-	jsonv2.RejectUnknownMembers(true),
 )
 
 const mergePatchType = "application/merge-patch+json"
@@ -32,22 +20,15 @@ const mergePatchType = "application/merge-patch+json"
 // patch, application/merge-patch+json), 413 past MaxBodyBytes, 400 when it is empty, not
 // UTF-8, or not one JSON object.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, patch bool) ([]byte, error) {
-	ct := r.Header.Get("Content-Type")
-	media, params, err := mime.ParseMediaType(ct)
-	accepted := "application/json"
+	accepted := []string{"application/json"}
 	if patch {
-		accepted = mergePatchType + ", application/json"
+		accepted = []string{mergePatchType, "application/json"}
 	}
-	if err != nil || !(media == "application/json" || (patch && media == mergePatchType)) {
+	if err := strictjson.ContentType(r.Header.Get("Content-Type"), accepted...); err != nil {
 		if patch {
 			w.Header().Set("Accept-Patch", mergePatchType+", application/json")
 		}
-		return nil, &statusError{status: http.StatusUnsupportedMediaType, field: "Content-Type",
-			msg: fmt.Sprintf("Content-Type must be %s, not %q", accepted, ct)}
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return nil, &statusError{status: http.StatusUnsupportedMediaType, field: "Content-Type",
-			msg: fmt.Sprintf("charset must be utf-8, not %q", cs)}
+		return nil, &statusError{status: http.StatusUnsupportedMediaType, field: "Content-Type", msg: err.Error()}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
@@ -71,91 +52,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, patch bool) ([
 }
 
 // decodeStrict reads the JSON object body into v: unknown, duplicate and wrongly typed fields
-// are errors naming the field.
-func decodeStrict(body []byte, v any) error {
-	if err := jsonv2.Unmarshal(body, v, decodeOptions); err != nil {
-		return jsonError(err)
-	}
-	return nil
-}
-
-// jsonError turns the decoder's errors into ones that name the field by its path (such as
-// "match.endpoint" or "tiers.free.limit").
-func jsonError(err error) error {
-	var fe *policy.FieldError
-	var semErr *jsonv2.SemanticError
-	var synErr *jsontext.SyntacticError
-	switch {
-	case errors.As(err, &fe):
-		return fe
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &policy.FieldError{Field: "body", Msg: "truncated JSON"}
-	case errors.As(err, &synErr) && errors.Is(err, jsontext.ErrDuplicateName):
-		return &policy.FieldError{Field: pathOf(synErr.JSONPointer), Msg: "given twice"}
-	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
-		return &policy.FieldError{Field: pathOf(semErr.JSONPointer), Msg: "unknown field"}
-	case errors.As(err, &semErr) && semErr.GoType != nil:
-		msg := fmt.Sprintf("must be %s, not %s", goKind(semErr.GoType), kindName(semErr.JSONKind))
-		if semErr.Err != nil && semErr.JSONKind == '"' {
-			msg = semErr.Err.Error() // a duration or a time that does not parse says why
-		}
-		return &policy.FieldError{Field: pathOf(semErr.JSONPointer), Msg: msg}
-	case errors.As(err, &synErr):
-		return &policy.FieldError{Field: "body", Msg: fmt.Sprintf("invalid JSON at byte %d: %v", synErr.ByteOffset, synErr.Err)}
-	}
-	return &policy.FieldError{Field: "body", Msg: "invalid JSON: " + err.Error()}
-}
-
-// pathOf renders a JSON pointer as a dotted field path; "body" for the whole value.
-func pathOf(p jsontext.Pointer) string {
-	var parts []string
-	for name := range p.Tokens() {
-		parts = append(parts, name)
-	}
-	if len(parts) == 0 {
-		return "body"
-	}
-	return strings.Join(parts, ".")
-}
-
-func goKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Int64, reflect.Int, reflect.Int32:
-		return "an integer"
-	case reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "true or false"
-	}
-	return t.Kind().String()
-}
-
-func kindName(k jsontext.Kind) string {
-	switch k {
-	case 'n':
-		return "null"
-	case 'f', 't':
-		return "a boolean"
-	case '"':
-		return "a string"
-	case '0':
-		return "a number"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	}
-	return "invalid JSON"
-}
+// are errors naming the field by its path (such as "match.endpoint" or "tiers.free.limit").
+func decodeStrict(body []byte, v any) error { return strictjson.Unmarshal(body, v) }
 
 // member is one name and raw value of a JSON object. Objects are kept as ordered members
 // rather than decoded into maps so that what a caller wrote comes back in its order, and
@@ -167,10 +65,10 @@ type member struct {
 
 // readObject splits a JSON object into its members; duplicate names are refused.
 func readObject(b []byte) ([]member, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(b), decodeOptions)
+	dec := jsontext.NewDecoder(bytes.NewReader(b), strictjson.Options)
 	tok, err := dec.ReadToken()
 	if err != nil {
-		return nil, jsonError(err)
+		return nil, strictjson.Error(err)
 	}
 	if tok.Kind() != '{' {
 		return nil, &policy.FieldError{Field: "body", Msg: "must be a JSON object"}
@@ -179,17 +77,17 @@ func readObject(b []byte) ([]member, error) {
 	for dec.PeekKind() != '}' {
 		name, err := dec.ReadToken()
 		if err != nil {
-			return nil, jsonError(err)
+			return nil, strictjson.Error(err)
 		}
 		n := name.String()
 		v, err := dec.ReadValue()
 		if err != nil {
-			return nil, jsonError(err)
+			return nil, strictjson.Error(err)
 		}
 		out = append(out, member{name: n, value: v.Clone()})
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, jsonError(err)
+		return nil, strictjson.Error(err)
 	}
 	if _, err := dec.ReadToken(); err != io.EOF {
 		return nil, &policy.FieldError{Field: "body", Msg: "more than one JSON value"}

@@ -20,37 +20,13 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/internal/admintest"
 	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/adminapi"
 )
 
-// enginePolicy is what the limiter enforces in the tests (usage and reset).
-const enginePolicy = `
-rules:
-  - {name: per-user, key: [user], algorithm: fixed_window, limit: 3, period: 1m}
-`
-
-// filePolicy is the policy files' part the API shows read-only.
-const filePolicy = `
-rules:
-  - {name: file-rule, match: {endpoint: "/api/*"}, key: [tenant], algorithm: gcra, limit: 100, period: 1m}
-overrides:
-  - {tenant: file-tenant, type: ban, expires_at: "2027-06-01T00:00:00Z", reason: "from the file"}
-exemptions:
-  - {ip: "10.0.0.0/8"}
-`
-
-// Secrets of the tokens every env starts with, one per role.
-var secrets = map[control.Role]string{
-	control.RoleRead:  "sluice_read-secret-0123456789abcdef",
-	control.RoleWrite: "sluice_write-secret-0123456789abcdef",
-	control.RoleAdmin: "sluice_admin-secret-0123456789abcdef",
-}
-
-// tokenNames are those tokens' names, the actors of their changes.
-var tokenNames = map[control.Role]string{control.RoleRead: "reader", control.RoleWrite: "writer", control.RoleAdmin: "root"}
+// secrets are the secrets of the tokens every env starts with, one per role.
+var secrets = admintest.Secrets
 
 // env is one admin API over a real SQLite control store and a real limiter on the memory store,
 // all on one settable clock.
@@ -105,52 +81,20 @@ func openAPIDoc(t *testing.T) *openapi3.T {
 	return doc
 }
 
-type envOption func(*adminapi.Options)
-
-func newEnv(t *testing.T, opts ...envOption) *env {
+// newEnv stands up the admin API (admintest.New) with its logs kept; opts adjust its options.
+func newEnv(t *testing.T, opts ...func(*adminapi.Options)) *env {
 	t.Helper()
-	ctx := t.Context()
-	clock := testutil.NewClock()
-	store, err := sqlite.Open(ctx, sqlite.Path(t.TempDir()), control.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	cfg, err := policy.ParseConfig("files.yaml", []byte(filePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := adminapi.FilesFromConfigs(cfg)
-	lim := testutil.Limiter(t, enginePolicy, clock)
 	logs := &syncBuffer{}
-	o := adminapi.Options{
-		Control:       store,
-		Limiter:       lim,
-		Files:         func() adminapi.FilePolicy { return files },
-		PolicyVersion: func(v int64) string { return "pv-" + control.ETag(v) },
-		Now:           clock.Now,
-		Logger:        slog.New(slog.NewTextHandler(logs, nil)),
-	}
-	for _, f := range opts {
-		f(&o)
-	}
-	srv, err := adminapi.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	for _, role := range []control.Role{control.RoleRead, control.RoleWrite, control.RoleAdmin} {
-		_, err := store.CreateToken(ctx, control.Change{Actor: "test-setup"},
-			control.Token{Name: tokenNames[role], Role: role, Hash: control.HashToken(secrets[role])})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	opts = append([]func(*adminapi.Options){func(o *adminapi.Options) {
+		o.PolicyVersion = func(v int64) string { return "pv-" + control.ETag(v) }
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}}, opts...)
+	a := admintest.New(t, opts...)
 	router, err := legacy.NewRouter(openAPIDoc(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, store: store, srv: srv, clock: clock, lim: lim, logs: logs, ctx: ctx, router: router}
+	return &env{t: t, store: a.Store, srv: a.Server, clock: a.Clock, lim: a.Limiter, logs: logs, ctx: t.Context(), router: router}
 }
 
 // call is one request to the API.

@@ -5,21 +5,16 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/sluicehq/sluice"
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/internal/grpcdecode"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -71,98 +66,7 @@ func New(l *sluice.Limiter, m *metrics.Metrics, opts ...Option) *Server {
 // Internal, a server fault, for the client's bad input. It assumes gs decodes with the
 // standard proto codec (no ForceServerCodec).
 func (s *Server) Register(gs *grpc.Server) {
-	desc := sluicev1.RateLimiter_ServiceDesc
-	desc.Methods = slices.Clone(desc.Methods) // the generated desc is shared; never edit it
-	for i := range desc.Methods {
-		desc.Methods[i].Handler = s.decodeErrors(desc.Methods[i].Handler)
-	}
-	gs.RegisterService(&desc, s)
-}
-
-// decodeErrors wraps a generated handler so that a request message that does not decode is
-// InvalidArgument. The handler's dec sends its own status to the client when the codec fails,
-// before the handler can return another, so the codec must not fail: dec is given a
-// rawRequest, whose Unmarshal decodes the real message and keeps the error for us.
-func (s *Server) decodeErrors(h grpc.MethodHandler) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		strict := func(m any) error {
-			pm, ok := m.(proto.Message)
-			if !ok {
-				return dec(m)
-			}
-			raw := rawRequest{m: pm}
-			if err := dec(&raw); err != nil {
-				return err // transport errors: oversized, cancelled, bad compression
-			}
-			if raw.err != nil {
-				s.m.Rejected(api, "invalid")
-				return status.Error(codes.InvalidArgument, raw.err.Error())
-			}
-			return nil
-		}
-		return h(srv, ctx, strict, ic)
-	}
-}
-
-// rawRequest stands in for a request message in gRPC's proto codec. It is a legacy message
-// (the protobuf-go API before v2): the codec hands its Unmarshal method the raw bytes, which
-// no other hook sees, so a decode error can be reported with the field that caused it.
-type rawRequest struct {
-	m   proto.Message
-	err error
-}
-
-func (r *rawRequest) Reset()         { proto.Reset(r.m) }
-func (r *rawRequest) String() string { return fmt.Sprint(r.m) } // what a stats handler logs
-func (r *rawRequest) ProtoMessage()  {}
-
-// Unmarshal decodes b into the real message. It never fails, so that the codec does not
-// answer Internal on its own; the error is kept in r.err.
-func (r *rawRequest) Unmarshal(b []byte) error {
-	if err := proto.Unmarshal(b, r.m); err != nil {
-		if field := invalidUTF8Field(r.m.ProtoReflect().Descriptor(), b, 0); field != "" {
-			r.err = &policy.FieldError{Field: field, Msg: "not valid UTF-8"}
-		} else {
-			r.err = fmt.Errorf("malformed request: %w", err)
-		}
-	}
-	return nil
-}
-
-// invalidUTF8Field returns the name of the first string field of the wire-form message b
-// that is not valid UTF-8, "descriptors" for a map entry, or "" when there is none or b does
-// not parse. depth bounds recursion on hostile input (the messages here nest once, in maps).
-func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, depth int) string {
-	for len(b) > 0 && depth < 2 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return ""
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		fd := md.Fields().ByNumber(num)
-		switch {
-		case fd == nil:
-		case fd.Kind() == protoreflect.MessageKind && fd.IsMap():
-			if invalidUTF8Field(fd.Message(), v, depth+1) != "" {
-				return string(fd.Name())
-			}
-		case fd.Kind() == protoreflect.StringKind && !utf8.Valid(v):
-			return string(fd.Name())
-		}
-	}
-	return ""
+	grpcdecode.Register(gs, &sluicev1.RateLimiter_ServiceDesc, s, func() { s.m.Rejected(api, "invalid") })
 }
 
 // Check decides the request and consumes its cost (absent: 1; 0 looks without consuming).

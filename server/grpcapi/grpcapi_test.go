@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/internal/grpctest"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
@@ -58,25 +56,7 @@ func newEnv(t testing.TB, yml string) *env {
 	l, c := newLimiter(t, yml)
 	reg := prometheus.NewRegistry()
 	srv := New(l, metrics.New(reg, "memory"))
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	conn := grpctest.Serve(t, srv.Register)
 	return &env{srv: srv, conn: conn, client: sluicev1.NewRateLimiterClient(conn), clock: c, reg: reg}
 }
 
@@ -301,7 +281,7 @@ func TestAPI(t *testing.T) {
 			_, err = e.client.Reset(t.Context(), &sluicev1.ResetRequest{Ip: "not-an-ip"})
 			wantCode(t, err, codes.InvalidArgument, "ip:")
 			raw, out := wire(9, []byte("per-\xffuser")), []byte(nil)
-			err = e.conn.Invoke(t.Context(), sluicev1.RateLimiter_Reset_FullMethodName, &raw, &out, grpc.ForceCodecV2(rawCodec{}))
+			err = e.conn.Invoke(t.Context(), sluicev1.RateLimiter_Reset_FullMethodName, &raw, &out, grpc.ForceCodecV2(grpctest.RawCodec{}))
 			wantCode(t, err, codes.InvalidArgument, "rule: not valid UTF-8")
 		}},
 	}
@@ -312,21 +292,6 @@ func TestAPI(t *testing.T) {
 		})
 	}
 }
-
-// rawCodec sends and receives bytes as they are, so a test can put on the wire what a
-// well-behaved protobuf library refuses to marshal.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
 
 // wire encodes string fields of a CheckRequest by number without checking UTF-8.
 func wire(fields ...any) []byte {
@@ -370,6 +335,7 @@ func TestBadInput(t *testing.T) {
 		// answer Internal, and Register turns it into InvalidArgument.
 		{name: "invalid UTF-8 in tenant", raw: wire(1, []byte("ac\xffme"), 2, []byte("alice")), want: "tenant: not valid UTF-8"},
 		{name: "invalid UTF-8 in descriptor key", raw: append(wire(2, []byte("alice")), wire(8, entry)...), want: "descriptors: not valid UTF-8"},
+		{name: "invalid UTF-8 in descriptor value", raw: append(wire(2, []byte("alice")), wire(8, wire(1, []byte("k"), 2, []byte("v\xff")))...), want: "descriptors.k: not valid UTF-8"},
 		{name: "truncated message", raw: []byte{0x0a, 0x05, 'a'}, want: "malformed request"},
 	}
 	e := newEnv(t, testPolicy)
@@ -380,7 +346,7 @@ func TestBadInput(t *testing.T) {
 				var err error
 				if tc.raw != nil {
 					var out []byte
-					err = e.conn.Invoke(t.Context(), method, &tc.raw, &out, grpc.ForceCodecV2(rawCodec{}))
+					err = e.conn.Invoke(t.Context(), method, &tc.raw, &out, grpc.ForceCodecV2(grpctest.RawCodec{}))
 				} else {
 					err = e.conn.Invoke(t.Context(), method, tc.req, new(sluicev1.CheckResponse))
 				}

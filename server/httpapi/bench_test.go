@@ -4,23 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testutil"
 )
-
-// discard is a ResponseWriter that keeps nothing, so that the benchmark measures the handler
-// rather than httptest.ResponseRecorder's copies.
-type discard struct {
-	h    http.Header
-	code int
-}
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(code int)        { d.code = code }
 
 // BenchmarkCheckHandler measures POST /v1/check through the handler without the network, on
 // bodies like bench/check.lua's (user and tenant vary, so no reader can serve them from a cache
@@ -38,17 +26,17 @@ rules:
 	rd := bytes.NewReader(nil)
 	r := httptest.NewRequest("POST", "/v1/check", nil)
 	r.Body = io.NopCloser(rd)
-	w := &discard{h: http.Header{}}
+	w := testutil.NewDiscardWriter()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		rd.Reset(bodies[i%len(bodies)])
 		i++
-		clear(w.h)
-		w.code = 0
+		clear(w.Header())
+		w.Code = 0
 		s.ServeHTTP(w, r)
-		if w.code != 0 {
-			b.Fatalf("status %d", w.code)
+		if w.Code != 0 {
+			b.Fatalf("status %d", w.Code)
 		}
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/strictjson"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -115,8 +114,8 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // checkBody is the wire form of a request (docs/architecture.md, Request attributes). Its string fields
-// are text, which refuses JSON null; the reader (see decodeOptions) refuses names given twice,
-// in another case, or unknown.
+// are text, which refuses JSON null; the reader (see strictjson.Options) refuses names given
+// twice, in another case, or unknown.
 type checkBody struct {
 	Tenant         text        `json:"tenant"`
 	User           text        `json:"user"`
@@ -131,19 +130,6 @@ type checkBody struct {
 	Rule           text        `json:"rule"` // reset only
 }
 
-// decodeOptions make the reader as strict as the strictest reader in front of us (a WAF, a
-// gateway): readers disagree on which of two equal names wins and on whether "USER" is
-// "user", so both are refused rather than guessed. JSON v2 defaults to all three; they are
-// spelled out so that a change of defaults cannot loosen them.
-var decodeOptions = jsonv2.JoinOptions(
-	jsontext.AllowDuplicateNames(false),
-	jsonv2.MatchCaseInsensitiveNames(false),
-	jsonv2.RejectUnknownMembers(true),
-)
-
-// errNull is what a field says of a JSON null; jsonError names the field and its type.
-var errNull = errors.New("null")
-
 // text is a string field that refuses null: null is not "" (a caller sending it most likely
 // has a bug), and readers differ on it.
 type text string
@@ -151,7 +137,7 @@ type text string
 // UnmarshalJSONFrom refuses null and leaves the rest to the default string reader.
 func (t *text) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 	if d.PeekKind() == 'n' {
-		return errNull
+		return strictjson.ErrNull
 	}
 	return errors.ErrUnsupported
 }
@@ -165,9 +151,9 @@ func (m *descriptors) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 	switch k := d.PeekKind(); k {
 	case '{':
 	case 'n':
-		return errNull
+		return strictjson.ErrNull
 	default:
-		return &policy.FieldError{Field: "descriptors", Msg: "must be an object, not " + kindName(k)}
+		return &policy.FieldError{Field: "descriptors", Msg: "must be an object, not " + strictjson.KindName(k)}
 	}
 	if _, err := d.ReadToken(); err != nil {
 		return err
@@ -178,7 +164,7 @@ func (m *descriptors) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 	for d.PeekKind() != '}' {
 		tok, err := d.ReadToken() // duplicate names are refused here, by the decoder
 		if err != nil {
-			return err
+			return duplicateKey(err)
 		}
 		name := tok.String() // before the next read, which voids tok
 		if k := d.PeekKind(); k != '"' {
@@ -186,7 +172,7 @@ func (m *descriptors) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 				_, err := d.ReadToken()
 				return err
 			}
-			return &policy.FieldError{Field: "descriptors", Msg: fmt.Sprintf("must be a string, not %s (key %q)", kindName(k), name)}
+			return &policy.FieldError{Field: "descriptors", Msg: fmt.Sprintf("must be a string, not %s (key %q)", strictjson.KindName(k), name)}
 		}
 		value, err := d.ReadToken()
 		if err != nil {
@@ -195,6 +181,16 @@ func (m *descriptors) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 		(*m)[name] = value.String()
 	}
 	_, err := d.ReadToken()
+	return err
+}
+
+// duplicateKey names a descriptor key given twice as a key of descriptors (the name is the
+// caller's, not a field of ours); other errors are left as they are.
+func duplicateKey(err error) error {
+	var synErr *jsontext.SyntacticError
+	if errors.As(err, &synErr) && errors.Is(err, jsontext.ErrDuplicateName) {
+		return &policy.FieldError{Field: "descriptors", Msg: fmt.Sprintf("duplicate key %q", synErr.JSONPointer.LastToken())}
+	}
 	return err
 }
 
@@ -212,7 +208,7 @@ func (o *optionalInt) UnmarshalJSONFrom(d *jsontext.Decoder) error {
 		return err
 	}
 	if k := v.Kind(); k != '0' {
-		return &policy.FieldError{Field: "cost", Msg: "must be an integer, not " + kindName(k)}
+		return &policy.FieldError{Field: "cost", Msg: "must be an integer, not " + strictjson.KindName(k)}
 	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if errors.Is(err, strconv.ErrRange) {
@@ -258,101 +254,18 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, sc *scratch) err
 		return &policy.FieldError{Field: "body", Msg: "not valid UTF-8"}
 	}
 	// The decoder reads sc.body in place (a *bytes.Buffer is not copied).
-	sc.dec.Reset(&sc.body, decodeOptions)
+	sc.dec.Reset(&sc.body, strictjson.Options)
 	// A top-level null would leave the struct as it is and pass as {}.
 	if k := sc.dec.PeekKind(); k != '{' && k != 0 {
-		return &policy.FieldError{Field: "body", Msg: "must be an object, not " + kindName(k)}
+		return &policy.FieldError{Field: "body", Msg: "must be an object, not " + strictjson.KindName(k)}
 	}
 	if err := jsonv2.UnmarshalDecode(&sc.dec, &sc.req); err != nil {
-		return jsonError(err)
+		return strictjson.Error(err)
 	}
 	if _, err := sc.dec.ReadToken(); err != io.EOF {
 		return &policy.FieldError{Field: "body", Msg: "more than one JSON value"}
 	}
 	return nil
-}
-
-// jsonError turns the decoder's errors into ones that name the field: the first name of the
-// error's JSON pointer, so a problem inside descriptors names descriptors.
-func jsonError(err error) error {
-	var fe *policy.FieldError
-	var semErr *jsonv2.SemanticError
-	var synErr *jsontext.SyntacticError
-	switch {
-	case errors.As(err, &fe):
-		return fe
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &policy.FieldError{Field: "body", Msg: "truncated JSON"}
-	case errors.As(err, &synErr) && errors.Is(err, jsontext.ErrDuplicateName):
-		field, key := fieldOf(synErr.JSONPointer)
-		if key != "" {
-			return &policy.FieldError{Field: field, Msg: fmt.Sprintf("duplicate key %q", key)}
-		}
-		return &policy.FieldError{Field: field, Msg: "duplicate field"}
-	case errors.As(err, &semErr) && errors.Is(err, jsonv2.ErrUnknownName):
-		field, _ := fieldOf(semErr.JSONPointer)
-		return &policy.FieldError{Field: field, Msg: "unknown field"}
-	case errors.As(err, &semErr) && semErr.GoType != nil:
-		got := kindName(semErr.JSONKind)
-		if errors.Is(err, errNull) {
-			got = "null"
-		}
-		field, _ := fieldOf(semErr.JSONPointer)
-		return &policy.FieldError{Field: field, Msg: fmt.Sprintf("must be %s, not %s", goKind(semErr.GoType), got)}
-	case errors.As(err, &synErr):
-		return &policy.FieldError{Field: "body", Msg: fmt.Sprintf("invalid JSON at byte %d: %v", synErr.ByteOffset, synErr.Err)}
-	}
-	return &policy.FieldError{Field: "body", Msg: "invalid JSON: " + err.Error()}
-}
-
-// fieldOf splits a JSON pointer into the top-level field it starts with ("body" for the whole
-// value) and the key below it, if any (a descriptor's).
-func fieldOf(p jsontext.Pointer) (field, key string) {
-	field = "body"
-	i := 0
-	for name := range p.Tokens() {
-		switch i {
-		case 0:
-			field = name
-		case 1:
-			key = name
-		}
-		i++
-	}
-	return field, key
-}
-
-func goKind(t reflect.Type) string {
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Int64, reflect.Int:
-		return "an integer"
-	}
-	return t.Kind().String()
-}
-
-func kindName(k jsontext.Kind) string {
-	switch k {
-	case 'n':
-		return "null"
-	case 'f', 't':
-		return "boolean"
-	case '"':
-		return "string"
-	case '0':
-		return "number"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	}
-	return "invalid JSON"
 }
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
@@ -412,23 +325,10 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"keys_reset":%d}`, n)
 }
 
-// requireJSON refuses a body not declared as application/json (parameters allowed, but a
-// charset can only be UTF-8). A browser sends a cross-site form, multipart or text/plain body
-// without asking the server first (no CORS preflight); it cannot send application/json so.
-// Resets change state, so they must not be open to a page a user of the network visits.
+// requireJSON refuses a body not declared as application/json (strictjson.ContentType says
+// why). Resets change state, so they must not be open to a cross-site form.
 func requireJSON(h http.Header) error {
-	ct := h.Get("Content-Type")
-	if ct == "" {
-		return &policy.FieldError{Field: "Content-Type", Msg: "missing; send the body as application/json"}
-	}
-	media, params, err := mime.ParseMediaType(ct)
-	if err != nil || media != "application/json" {
-		return &policy.FieldError{Field: "Content-Type", Msg: fmt.Sprintf("must be application/json, not %q", ct)}
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return &policy.FieldError{Field: "Content-Type", Msg: fmt.Sprintf("charset must be utf-8, not %q", cs)}
-	}
-	return nil
+	return strictjson.ContentType(h.Get("Content-Type"), "application/json")
 }
 
 // ready answers GET /readyz: 200 {"status":"ready","store":"up",...} when every required check

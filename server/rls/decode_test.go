@@ -1,35 +1,18 @@
 package rls_test
 
 import (
-	"net"
 	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/sluicehq/sluice/internal/grpctest"
 	"github.com/sluicehq/sluice/server/rls"
 )
-
-// rawCodec sends and receives bytes as they are, so a test can put on the wire what a
-// well-behaved protobuf library refuses to marshal.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
 
 // field encodes one length-delimited field by number, without checking UTF-8.
 func field(num int, v []byte) []byte {
@@ -46,19 +29,7 @@ func entry(key, value string) []byte {
 func TestInvalidUTF8(t *testing.T) {
 	t.Parallel()
 	srv, c := newServer(t, rls.Options{}, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := grpctest.Serve(t, srv.Register)
 
 	alice := field(2, field(1, entry("client_id", "alice")))
 	tests := []struct {
@@ -74,7 +45,7 @@ func TestInvalidUTF8(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out []byte
-			err := conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &tt.raw, &out, grpc.ForceCodecV2(rawCodec{}))
+			err := conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &tt.raw, &out, grpc.ForceCodecV2(grpctest.RawCodec{}))
 			want := tt.field + ": not valid UTF-8"
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), want) {
 				t.Fatalf("err = %v, want InvalidArgument %q", err, want)

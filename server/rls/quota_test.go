@@ -7,11 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/policy/envoyconf"
 	"github.com/sluicehq/sluice/server/rls"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 // quotaConfig has quota_mode limits on two backends, a quota limit that is also a shadow, and
@@ -38,22 +34,8 @@ descriptors:
 
 func newQuotaClient(t *testing.T, o rls.Options) (rlsv3.RateLimitServiceClient, *clock) {
 	t.Helper()
-	cfg, err := envoyconf.Load(map[string][]byte{"ai.yaml": []byte(quotaConfig)}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := policy.Compile(&policy.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &clock{}
-	c.us.Store(t0.UnixMicro())
-	l, err := sluice.New(memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0)), snap.WithEnvoy(cfg, "v1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return serve(t, rls.New(l, nil, o)), c
+	srv, c := newServerOf(t, "ai.yaml", quotaConfig, o, nil)
+	return serve(t, srv), c
 }
 
 // TestQuotaMode follows Envoy's reference service (its quota_mode: a quota descriptor over

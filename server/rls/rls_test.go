@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,9 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/grpctest"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/policy/envoyconf"
@@ -134,7 +132,13 @@ func (c *clock) Add(d time.Duration) { c.us.Add(d.Microseconds()) }
 // newServer builds the engine over edgeConfig with a clock at t0.
 func newServer(t testing.TB, o rls.Options, m *metrics.Metrics) (*rls.Server, *clock) {
 	t.Helper()
-	cfg, err := envoyconf.Load(map[string][]byte{"edge.yaml": []byte(edgeConfig)}, false)
+	return newServerOf(t, "edge.yaml", edgeConfig, o, m)
+}
+
+// newServerOf builds the engine over the Envoy-format file yml, called name, with a clock at t0.
+func newServerOf(t testing.TB, name, yml string, o rls.Options, m *metrics.Metrics) (*rls.Server, *clock) {
+	t.Helper()
+	cfg, err := envoyconf.Load(map[string][]byte{name: []byte(yml)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,20 +160,7 @@ func newServer(t testing.TB, o rls.Options, m *metrics.Metrics) (*rls.Server, *c
 // serve starts srv on a real listener and returns a client of it.
 func serve(t testing.TB, srv *rls.Server) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(grpctest.Serve(t, srv.Register))
 }
 
 func newClient(t testing.TB, o rls.Options) (rlsv3.RateLimitServiceClient, *clock) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,36 +42,12 @@ type sample struct {
 // (cluster-node-timeout longer than the pause) so the test sees a hung node, not a failover.
 func TestHungStore(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name  string
-		start func(t *testing.T, tag string) (url string, owner *redistest.Server)
-	}{
-		{"single server", func(t *testing.T, _ string) (string, *redistest.Server) {
-			srv := redistest.Start(t)
-			return "redis://" + srv.Addr, srv
-		}},
-		{"cluster node", func(t *testing.T, tag string) (string, *redistest.Server) {
-			if testing.Short() {
-				t.Skip("starts a Redis Cluster")
-			}
-			cl := redistest.StartCluster(t, 3, 0, redistest.WithConfig("cluster-node-timeout 60000"))
-			// The node that accepts a write to the callers' hash tag owns their keys; the
-			// others answer MOVED.
-			for _, n := range cl.Nodes {
-				if _, err := n.Do("SET", "{"+tag+"}probe", "1"); err == nil {
-					return "redis-cluster://" + strings.Join(cl.Addrs, ","), n
-				}
-			}
-			t.Fatalf("no node owns {%s}", tag)
-			return "", nil
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range redistest.HangTargets() {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			p, _ := algorithm.NewParams(algorithm.TokenBucket, 1_000_000, 0, time.Second)
 			head := key.AppendTag(key.AppendHead(nil, "hang", "1"), 'u', "caller")
-			url, owner := tc.start(t, string(key.HashTag(head)))
+			url, owner := tc.Start(t, string(key.HashTag(head)))
 
 			inner, err := redis.New(ctx, url)
 			if err != nil {
@@ -91,52 +66,26 @@ func TestHungStore(t *testing.T) {
 			waitClosed(t, s, make([]algorithm.Result, 1))
 			stalls := stallwatch.Start(t)
 
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
 			samples := make([][]sample, callers)
-			for i := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					// Each caller reuses its batch and results, as the limiter does: a store
-					// call abandoned at its deadline must not touch them afterwards (-race).
-					k := append(slices.Clip(head), ':', byte('a'+i))
-					b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
-					res := make([]algorithm.Result, 1)
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						start := time.Now()
-						_, err := s.Apply(ctx, b, res)
-						samples[i] = append(samples[i], sample{start, time.Now(), err})
-						time.Sleep(time.Millisecond)
-					}
-				}()
-			}
-			t.Cleanup(func() {
-				select {
-				case <-stop:
-				default:
-					close(stop)
+			load := redistest.StartLoad(t, callers, time.Millisecond, func(i int) func() {
+				// Each caller reuses its batch and results, as the limiter does: a store call
+				// abandoned at its deadline must not touch them afterwards (-race).
+				k := append(slices.Clip(head), ':', byte('a'+i))
+				b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
+				res := make([]algorithm.Result, 1)
+				return func() {
+					start := time.Now()
+					_, err := s.Apply(ctx, b, res)
+					samples[i] = append(samples[i], sample{start, time.Now(), err})
 				}
-				wg.Wait()
 			})
 
 			// A second of healthy calls first: a breaker that weighs failures against the
 			// successes before them would take long to open.
 			time.Sleep(time.Second)
-			t.Cleanup(owner.Resume) // before Pause: a failing test never leaves Redis stopped
-			paused := time.Now()
-			owner.Pause()
-			time.Sleep(pauseFor)
-			resumed := time.Now()
-			owner.Resume()
+			paused, resumed := owner.PauseFor(t, pauseFor)
 			time.Sleep(backWithin + 500*time.Millisecond)
-			close(stop)
-			wg.Wait()
+			load.Stop()
 
 			var all []sample
 			for _, ss := range samples {

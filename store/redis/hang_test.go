@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,34 +29,10 @@ func TestPausedServerHonoursDeadline(t *testing.T) {
 	)
 	head := key.AppendTag(key.AppendHead(nil, "paused", "1"), 'u', "caller")
 	tag := string(key.HashTag(head))
-	cases := []struct {
-		name  string
-		start func(t *testing.T) (url string, owner *redistest.Server)
-	}{
-		{"single server", func(t *testing.T) (string, *redistest.Server) {
-			srv := redistest.Start(t)
-			return "redis://" + srv.Addr, srv
-		}},
-		{"cluster node", func(t *testing.T) (string, *redistest.Server) {
-			if testing.Short() {
-				t.Skip("starts a Redis Cluster")
-			}
-			// A node timeout past the pause: the test wants a node that hangs, not a
-			// cluster that declares it failed.
-			cl := redistest.StartCluster(t, 3, 0, redistest.WithConfig("cluster-node-timeout 60000"))
-			for _, n := range cl.Nodes {
-				if _, err := n.Do("SET", "{"+tag+"}probe", "1"); err == nil {
-					return "redis-cluster://" + strings.Join(cl.Addrs, ","), n
-				}
-			}
-			t.Fatalf("no node owns {%s}", tag)
-			return "", nil
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range redistest.HangTargets() {
+		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
-			url, owner := tc.start(t)
+			url, owner := tc.Start(t, tag)
 			st, err := New(ctx, url)
 			if err != nil {
 				t.Fatal(err)
@@ -81,52 +56,28 @@ func TestPausedServerHonoursDeadline(t *testing.T) {
 					t.Errorf("err %v, want store.ErrUnavailable", err)
 				}
 			}
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for i := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					// The batch and results are reused, as the limiter does: an abandoned
-					// call that touched them afterwards would be a data race (-race).
-					k := append(append([]byte(nil), head...), ':', byte('a'+i))
-					b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
-					res := make([]algorithm.Result, 1)
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						call, cancel := context.WithTimeout(ctx, deadline)
-						start := time.Now()
-						var err error
-						if i%10 == 0 {
-							err = st.Reset(call, [][]byte{k})
-						} else {
-							_, err = st.Apply(call, b, res)
-						}
-						record(start, err)
-						cancel()
-						time.Sleep(time.Millisecond)
+			load := redistest.StartLoad(t, callers, time.Millisecond, func(i int) func() {
+				// The batch and results are reused, as the limiter does: an abandoned call
+				// that touched them afterwards would be a data race (-race).
+				k := append(append([]byte(nil), head...), ':', byte('a'+i))
+				b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
+				res := make([]algorithm.Result, 1)
+				return func() {
+					call, cancel := context.WithTimeout(ctx, deadline)
+					defer cancel()
+					start := time.Now()
+					var err error
+					if i%10 == 0 {
+						err = st.Reset(call, [][]byte{k})
+					} else {
+						_, err = st.Apply(call, b, res)
 					}
-				}()
-			}
-			t.Cleanup(func() {
-				select {
-				case <-stop:
-				default:
-					close(stop)
+					record(start, err)
 				}
-				wg.Wait()
 			})
 
 			time.Sleep(200 * time.Millisecond)
-			t.Cleanup(owner.Resume) // a failing test never leaves the server stopped
-			owner.Pause()
-			time.Sleep(pauseFor)
-			resumed := time.Now()
-			owner.Resume()
+			_, resumed := owner.PauseFor(t, pauseFor)
 			deadlineBack := resumed.Add(3 * time.Second)
 			for {
 				mu.Lock()
@@ -137,8 +88,7 @@ func TestPausedServerHonoursDeadline(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			close(stop)
-			wg.Wait()
+			load.Stop()
 
 			t.Logf("slowest call %v (process stalls discounted)", slowest)
 			if slowest > deadline+margin {

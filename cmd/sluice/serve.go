@@ -93,7 +93,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format (SLUICE_CONFIG); empty uses the built-in policy")
+	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
 	f.StringVar(&c.httpAddr, "http", envDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
@@ -151,10 +151,12 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err := checkControl(c.control); err != nil {
 		return err
 	}
-	files, err := loadFiles(c.config)
+	src, err := openPolicy(ctx, c.config, log)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
 	}
+	defer src.close()
+	files := src.files
 	snap := files.Snapshot()
 	if isMemory(c.storeURL) || isSQLiteControl(c.control) {
 		// The memory store's snapshot and the SQLite control store live in --data-dir: one
@@ -205,7 +207,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		st.Close()
 		return err
 	}
-	log.Info("policy files loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName, "control", ctrlName)
+	log.Info("policy files loaded", "source", orBuiltIn(src.name), "policy", describe(snap), "store", storeName, "control", ctrlName)
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -222,7 +224,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	// From here the runtime sets the limiter's policy: the files and the control store
 	// compiled together.
 	rt, err := controlplane.New(controlplane.Options{
-		Store: ctrl, Limiter: lim, Files: files, FilesPath: c.config,
+		Store: ctrl, Limiter: lim, Files: files, FilesPath: src.name,
 		NodeID: nodeID(c.nodeID, httpLn.Addr()), Addr: httpLn.Addr().String(),
 		Metrics: m, Logger: log,
 		AuditRetention: c.auditRetention, CountsRetention: c.countsRetention,
@@ -300,8 +302,8 @@ func serve(ctx context.Context, c serveConfig) error {
 	errs := make(chan error, 2)
 	go func() { errs <- httpSrv.Serve(httpLn) }()
 	go func() { errs <- grpcSrv.Serve(grpcLn) }()
-	if c.config != "" {
-		go watchPolicy(ctx, c.config, rt, m, log)
+	if src.watch != nil {
+		go src.watch(ctx, rt, m, log)
 	}
 	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", storeName, "control", ctrlName, "data_dir", c.dataDir, "policy", lim.Policy().Version)
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -177,6 +178,9 @@ func (e *etcdPolicy) read(ctx context.Context) (*policy.Files, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	resp, err := e.client.Get(ctx, e.prefix, clientv3.WithPrefix())
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return nil, 0, fmt.Errorf("%s: no answer from etcd within %v: %w", e.name, etcdTimeout, err)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: read: %w", e.name, err)
 	}

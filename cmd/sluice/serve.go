@@ -68,6 +68,8 @@ type serveConfig struct {
 	countsRetention  time.Duration
 	nodeID           string
 	adminTokenFile   string
+	shadow           bool
+	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -89,6 +91,9 @@ control store are compiled with the files and enforced within a second; while th
 store is down the node keeps enforcing the last policy it compiled.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+			if err := c.readEnvoy(cmd.Flags()); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), c)
 		},
 	}
@@ -118,6 +123,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
+	envoyFlags(f, &c)
 	return cmd
 }
 
@@ -197,6 +203,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		}
 	}
 	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
+	if c.shadow {
+		opts = append(opts, sluice.WithShadow())
+	}
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.
@@ -292,7 +301,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
 	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
-	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)
+	rls.New(lim, m, rlsOptions(c)).Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)

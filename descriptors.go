@@ -182,7 +182,9 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			d.keys = appendDescriptorKey(d.keys, r.Domain, lim, desc.Entries)
 		}
 		d.spans = append(d.spans, [2]int{start, len(d.keys)})
-		shadow := lim != nil && lim.Shadow && desc.Limit == nil
+		// Global shadow mode covers per-request limits too: the reference answers OK whatever
+		// was over.
+		shadow := l.shadow || (lim != nil && lim.Shadow && desc.Limit == nil)
 		kind := opLimit
 		if lim != nil && lim.QuotaMode && desc.Limit == nil {
 			// As in the reference, a per-request limit override is never in quota mode.

@@ -47,6 +47,7 @@ type Limiter struct {
 	log      *slog.Logger
 	onError  func(error)
 	share    int64 // on_store_error: local divides limits by this many nodes
+	shadow   bool  // every limit is a shadow: decided and reported, never denying
 }
 
 // Option configures a Limiter.
@@ -70,6 +71,13 @@ func WithFallback(s Store) Option { return func(l *Limiter) { l.fallback = s } }
 // nodes, so that while the shared store is down the fleet together admits about the limit
 // rather than each node admitting all of it.
 func WithLocalShare(nodes int) Option { return func(l *Limiter) { l.share = int64(max(1, nodes)) } }
+
+// WithShadow puts the Limiter in global shadow mode: every limit is decided, counted and
+// reported as a shadow rule is (Decision.Shadow, a limit's Result.Shadow), but no request is
+// denied, by a limit, a ban or a failing store. A limit over its limit consumes nothing, as
+// a shadow rule's does. It is the reference Envoy service's SHADOW_MODE: a way to roll out a
+// policy and watch what it would deny.
+func WithShadow() Option { return func(l *Limiter) { l.shadow = true } }
 
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
@@ -146,7 +154,11 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		if snap.HasOverrides() {
 			now = l.now()
 			if until, reason, ok := snap.BanFor(r, now); ok {
-				l.ban(d, until.Sub(now), reason, "", "")
+				if l.shadow {
+					d.Shadow = true // reported, not enforced
+				} else {
+					l.ban(d, until.Sub(now), reason, "", "")
+				}
 			}
 		}
 		return nil
@@ -154,7 +166,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	banned := false
 	for i := range limits {
 		lim := &limits[i]
-		if lim.Banned && !lim.Rule.Shadow {
+		if lim.Banned && !lim.Rule.Shadow && !l.shadow {
 			banned = true
 		}
 		if lim.Rule.MissesIdentity(r) {
@@ -174,6 +186,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	for i := range limits {
 		lim, res := &limits[i], &d.Results[i]
 		res.start(lim)
+		res.Shadow = res.Shadow || l.shadow
 		if lim.Banned {
 			res.State, res.RetryAfter = StateHard, lim.BannedUntil().Sub(now)
 			reason, _, _ := lim.OverrideReason()
@@ -181,7 +194,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 			continue
 		}
 		op := &d.ops[nops]
-		op.Key, op.Params, op.Cost, op.Shadow = lim.Key, lim.Params, opCost, lim.Rule.Shadow
+		op.Key, op.Params, op.Cost, op.Shadow = lim.Key, lim.Params, opCost, lim.Rule.Shadow || l.shadow
 		d.opLimit[nops] = i
 		nops++
 	}

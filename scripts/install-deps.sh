@@ -18,6 +18,8 @@ has_postgres() {
   command -v initdb >/dev/null && command -v postgres >/dev/null
 }
 has_postgres || need+=(postgresql)
+# etcd, for the etcd policy source's tests (internal/etcdtest runs a one-member cluster).
+command -v etcd >/dev/null || need+=(etcd-server)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

@@ -70,6 +70,8 @@ type serveConfig struct {
 	adminTokenFile   string
 	tls              tlsFlags
 	abuse            abuseFlags
+	shadow           bool
+	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -94,11 +96,14 @@ store is down the node keeps enforcing the last policy it compiled.`,
 			if err := applyAbuseEnv(cmd.Flags()); err != nil {
 				return err
 			}
+			if err := c.readEnvoy(cmd.Flags()); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), c)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format (SLUICE_CONFIG); empty uses the built-in policy")
+	f.StringVar(&c.config, "config", envDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
 	f.StringVar(&c.httpAddr, "http", envDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
@@ -125,6 +130,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	c.tls.register(cmd)
 	addAbuseFlags(f, &c.abuse)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
+	envoyFlags(f, &c)
 	return cmd
 }
 
@@ -165,10 +171,12 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	files, err := loadFiles(c.config)
+	src, err := openPolicy(ctx, c.config, log)
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
 	}
+	defer src.close()
+	files := src.files
 	snap := files.Snapshot()
 	if isMemory(c.storeURL) || isSQLiteControl(c.control) {
 		// The memory store's snapshot and the SQLite control store live in --data-dir: one
@@ -209,6 +217,9 @@ func serve(ctx context.Context, c serveConfig) error {
 		}
 	}
 	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
+	if c.shadow {
+		opts = append(opts, sluice.WithShadow())
+	}
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.
@@ -219,7 +230,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		st.Close()
 		return err
 	}
-	log.Info("policy files loaded", "source", orBuiltIn(c.config), "policy", describe(snap), "store", storeName, "control", ctrlName)
+	log.Info("policy files loaded", "source", orBuiltIn(src.name), "policy", describe(snap), "store", storeName, "control", ctrlName)
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -236,7 +247,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	// From here the runtime sets the limiter's policy: the files and the control store
 	// compiled together.
 	rt, err := controlplane.New(controlplane.Options{
-		Store: ctrl, Limiter: lim, Files: files, FilesPath: c.config,
+		Store: ctrl, Limiter: lim, Files: files, FilesPath: src.name,
 		NodeID: nodeID(c.nodeID, httpLn.Addr()), Addr: httpLn.Addr().String(),
 		Metrics: m, Logger: log,
 		AuditRetention: c.auditRetention, CountsRetention: c.countsRetention,
@@ -313,7 +324,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
 	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
-	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)
+	rls.New(lim, m, rlsOptions(c)).Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)
@@ -323,8 +334,8 @@ func serve(ctx context.Context, c serveConfig) error {
 	errs := make(chan error, 2)
 	go func() { errs <- serveHTTP(httpSrv, httpLn, serverTLS) }()
 	go func() { errs <- grpcSrv.Serve(grpcLn) }()
-	if c.config != "" {
-		go watchPolicy(ctx, c.config, rt, m, log)
+	if src.watch != nil {
+		go src.watch(ctx, rt, m, log)
 	}
 	log.Info("sluice serving", "version", version, "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(), "store", storeName, "control", ctrlName, "data_dir", c.dataDir, "policy", lim.Policy().Version)
 

@@ -20,11 +20,15 @@ has_postgres() {
 has_postgres || need+=(postgresql)
 # etcd, for the etcd policy source's tests (internal/etcdtest runs a one-member cluster).
 command -v etcd >/dev/null || need+=(etcd-server)
+# promtool checks the alerting rules in deploy/prometheus (Debian ships it with the server).
+command -v promtool >/dev/null || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "install-deps: installing ${need[*]} from apt"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # RUNLEVEL=1: install the servers' packages without starting them as services; the tests
+  # start their own throwaway servers on free loopback ports.
+  $sudo env RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

@@ -19,5 +19,8 @@ echo "== go vet"
 go vet ./...
 (cd benchmarks && go vet ./...)
 
+echo "== promtool check rules"
+promtool check rules deploy/prometheus/alerts.yaml
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...

@@ -1,9 +1,0 @@
-package deploy
-
-import (
-	"testing"
-
-	"k8s.io/client-go/applyconfigurations"
-)
-
-func TestY(t *testing.T) { _ = applyconfigurations.NewTypeConverter }

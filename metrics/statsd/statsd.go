@@ -21,11 +21,12 @@
 // Labels become DogStatsD tags by default (sluice_checks_total:3|c|#api:http,rule:per-caller,...):
 // the metric keeps exactly the name /metrics gives it, every label stays a dimension that can
 // be filtered and grouped, and label values (rule names such as "edge/client_id", versions)
-// need no escaping into a dotted hierarchy. The Datadog agent, Telegraf, statsd_exporter,
-// Vector and gostatsd read them. For a server that reads plain StatsD only, TagsInName puts
-// the label values into the name instead, in label-name order
-// (sluice_checks_total.http.per-caller.allowed.normal.normal), with every character but
-// letters, digits, '_' and '-' made '_'.
+// need no escaping into a dotted hierarchy. The Datadog agent, statsd_exporter, Vector,
+// gostatsd and Telegraf (with datadog_extensions) read them. For a server that reads plain
+// StatsD only, TagsInName puts the label values into the name instead, in the order of the
+// label names (api, mode, result, rule, state:
+// sluice_checks_total.http.normal.allowed.per-caller.normal), with every character but
+// letters, digits, '_' and '-' made '_'; empty values are left out.
 //
 // # Envoy's names
 //

@@ -44,6 +44,14 @@
 // less IP and UDP headers, so no datagram is fragmented). A send that fails is counted
 // (sluice_statsd_errors_total{reason="send"}) and the socket dialled again, resolving the
 // host again, at the next send; no error stops the sink or reaches a request.
+//
+// The UDP writer is written here, not taken from a client library: what a Sink needs of one
+// is a connected socket and packing lines into datagrams, a few lines, while the part that
+// matters (reading a Gatherer and turning cumulative series into StatsD's deltas) is in no
+// client. cactus/go-statsd-client's buffered sender flushes on a goroutine and timer of its
+// own and drops the write error there, so failures could not be counted; DataDog's datadog-go
+// speaks DogStatsD only and adds its own aggregation, workers and telemetry metrics on top of
+// what Prometheus has already aggregated.
 package statsd
 
 import (

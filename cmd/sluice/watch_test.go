@@ -62,7 +62,7 @@ func TestConfigMapUpdateIsSeen(t *testing.T) {
 			if asFile {
 				config = filepath.Join(dir, "policy.yaml")
 			}
-			before, err := loadPolicy(config)
+			before, err := loadFiles(config)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestConfigMapUpdateIsSeen(t *testing.T) {
 					if !policyEvent(config, ev.Name) {
 						continue
 					}
-					after, err := loadPolicy(config)
+					after, err := loadFiles(config)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -24,3 +24,10 @@ promtool check rules deploy/prometheus/alerts.yaml
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+
+# The Helm chart (rendered as `helm template` does with several value sets, linted as
+# `helm lint --strict`, every object validated against the Kubernetes API's types and
+# schemas offline) and the Dockerfile. Its own module, so that the main one does not depend on
+# Helm and Kubernetes; compiling that graph cold takes about two minutes on two cores.
+echo "== deploy"
+(cd deploy && go vet ./... && go test -count=1 ./...)

@@ -4,6 +4,7 @@
 //	sluice serve --config policy/     # native and Envoy-format YAML files
 //	sluice config validate FILE...    # file:line: field: message on errors
 //	sluice check --user alice         # ask a running server
+//	sluice health                     # exit 0 when /healthz answers 200 (container health checks)
 //	sluice version
 package main
 
@@ -24,7 +25,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), configCommand(), checkCommand(), adminCommand(), &cobra.Command{
+	root.AddCommand(serveCommand(), configCommand(), checkCommand(), adminCommand(), healthCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "sluice", version) },

@@ -43,10 +43,11 @@ func (g *Gate) enter() bool {
 
 func (g *Gate) leave() { <-g.slots }
 
-// HTTP gates the API paths of next (/v1/); health, readiness and metrics always answer.
+// HTTP gates the paths of next that decide (/v1/, and /json, Envoy's reference service's
+// HTTP form of a decision); health, readiness and metrics always answer.
 func (g *Gate) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/json" {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -62,6 +62,32 @@ func TestGateRefusesPastItsSize(t *testing.T) {
 	}
 }
 
+// TestGateCoversDecisions: every HTTP path that decides is gated, Envoy's /json as well as
+// /v1/; health checks, Envoy's /healthcheck among them, answer when the gate is full.
+func TestGateCoversDecisions(t *testing.T) {
+	t.Parallel()
+	full := NewGate(0, nil).HTTP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	tests := []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/v1/check", http.StatusServiceUnavailable},
+		{"POST", "/v1/quota", http.StatusServiceUnavailable},
+		{"POST", "/json", http.StatusServiceUnavailable},
+		{"GET", "/healthz", 200},
+		{"GET", "/readyz", 200},
+		{"GET", "/healthcheck", 200},
+		{"GET", "/metrics", 200},
+	}
+	for _, tc := range tests {
+		w := httptest.NewRecorder()
+		full.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
+		if w.Code != tc.want {
+			t.Errorf("%s %s with the gate full: %d, want %d", tc.method, tc.path, w.Code, tc.want)
+		}
+	}
+}
+
 func TestAdminCallsAreLimited(t *testing.T) {
 	t.Parallel()
 	a := NewAdmin(testutil.Limiter(t, AdminPolicy, testutil.NewClock()))

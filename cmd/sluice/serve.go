@@ -69,6 +69,7 @@ type serveConfig struct {
 	nodeID           string
 	adminTokenFile   string
 	tls              tlsFlags
+	statsd           statsdFlags
 	abuse            abuseFlags
 	shadow           bool
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
@@ -128,6 +129,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	c.tls.register(cmd)
+	c.statsd.register(f)
 	addAbuseFlags(f, &c.abuse)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	envoyFlags(f, &c)
@@ -231,6 +233,14 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	log.Info("policy files loaded", "source", orBuiltIn(src.name), "policy", describe(snap), "store", storeName, "control", ctrlName)
+	sink, err := startStatsD(c, reg, lim, log)
+	if err != nil {
+		lim.Close()
+		return err
+	}
+	if sink != nil {
+		defer sink.Close() // after the drain below, so the last send counts every decision
+	}
 
 	httpLn, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -297,6 +307,11 @@ func serve(ctx context.Context, c serveConfig) error {
 	defer adminLim.Close()
 	admin := overload.NewAdmin(adminLim)
 	mux := http.NewServeMux()
+	// Envoy's reference service's HTTP endpoints, so its deployments' probes and tools work.
+	rlsSrv := rls.New(lim, m, rlsOptions(c))
+	var healthcheck rls.Healthcheck
+	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
+	mux.Handle("GET /healthcheck", &healthcheck)
 	mux.Handle("/admin/v1/", adminHandler)
 	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
 	if c.pprof {
@@ -324,7 +339,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
 	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
-	rls.New(lim, m, rlsOptions(c)).Register(grpcSrv)
+	rlsSrv.Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)
@@ -347,6 +362,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		log.Error("listener failed; shutting down", "err", serveErr)
 	}
 	healthSrv.Shutdown()
+	healthcheck.Fail()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
@@ -493,7 +509,7 @@ func watchPolicy(ctx context.Context, path string, rt *controlplane.Runtime, m *
 				events = nil
 				continue
 			}
-			if relevant(path, ev.Name) {
+			if policyEvent(path, ev.Name) {
 				settle = time.After(200 * time.Millisecond)
 			}
 		case <-settle:
@@ -501,15 +517,4 @@ func watchPolicy(ctx context.Context, path string, rt *controlplane.Runtime, m *
 			reload("file change")
 		}
 	}
-}
-
-func relevant(config, changed string) bool {
-	base := filepath.Base(changed)
-	if strings.HasPrefix(base, ".") {
-		return false
-	}
-	if info, err := os.Stat(config); err == nil && info.IsDir() {
-		return strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".yml")
-	}
-	return filepath.Clean(changed) == filepath.Clean(config)
 }

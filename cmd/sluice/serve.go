@@ -68,6 +68,7 @@ type serveConfig struct {
 	countsRetention  time.Duration
 	nodeID           string
 	adminTokenFile   string
+	events           eventsConfig
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -117,6 +118,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
+	eventFlags(f, &c.events)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	return cmd
 }
@@ -241,10 +243,17 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer adminHandler.Close()
+	rec, err := startEvents(c.events, ctrl, m, log)
+	if err != nil {
+		lim.Close()
+		return err
+	}
+	defer closeEvents(rec, log) // after the listeners stop: the last decisions are written
 	api := httpapi.New(lim, m, httpapi.Options{
 		// Resets restore quota: they need a write token, as every change does.
 		ResetAuth:    func(h http.Handler) http.Handler { return adminHandler.RequireRole(control.RoleWrite, h) },
 		MaxBodyBytes: c.maxBody,
+		Events:       rec,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Ready: []httpapi.ReadyCheck{
 			{Name: "store", Check: storeCheck(st)},
@@ -286,8 +295,8 @@ func serve(ctx context.Context, c serveConfig) error {
 		// so the pool must cover the calls in flight, which on Redis wait for the store.
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
-	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
-	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders}).Register(grpcSrv)
+	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec)).Register(grpcSrv)
+	rls.New(lim, m, rls.Options{ResponseHeaders: c.responseHeaders, Events: rec}).Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)

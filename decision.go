@@ -94,6 +94,8 @@ type Decision struct {
 
 	scratch policy.Scratch
 	req     policy.Request // the request with its identity assignments (Snapshot.Assign)
+	tenant  string         // the tenant and user decided for (Caller)
+	user    string
 	ops     []store.Op
 	opLimit []int // ops[i] decides for Results[opLimit[i]]
 	algo    []algorithm.Result
@@ -110,6 +112,10 @@ func (d *Decision) reset() {
 	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey, d.Anonymous = false, false, false, false, false, false
 	d.Results, d.ops, d.opLimit, d.idem = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0]
 }
+
+// Caller returns the tenant and user the decision was made for: the request's own, or those
+// the control plane assigned to its API key, which win over what a request claims.
+func (d *Decision) Caller() (tenant, user string) { return d.tenant, d.user }
 
 // Deciding returns the index in Results of the limit whose numbers the decision reports, or -1.
 func (d *Decision) deciding() int {

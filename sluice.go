@@ -142,7 +142,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	// The tenant, user and tier assigned by the control plane win over the ones r claims.
 	r = snap.Assign(r, &d.req)
 	d.reset()
-	d.PolicyVersion = snap.Version
+	d.PolicyVersion, d.tenant, d.user = snap.Version, r.Tenant, r.User
 	if snap.Exempt(r) {
 		d.Allowed, d.Exempt = true, true
 		return nil

@@ -145,7 +145,8 @@ type Store interface {
 
 	// AddCounts adds one node's per-minute decision counts to the fleet's, in one transaction:
 	// counts for a (minute, rule, tenant) or (minute, rule, identity) already stored are
-	// increased, so every node's flushes add up. Minutes are truncated to the minute.
+	// increased, so every node's flushes add up; rows given twice add up too. Minutes are
+	// truncated to the minute.
 	AddCounts(ctx context.Context, usage []UsageCount, violations []ViolationCount) error
 	// UsageHistory sums the usage counts that match f per step, oldest first; steps without
 	// counts are left out.

@@ -176,7 +176,7 @@ func violationsCommand(o *adminOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.String("tenant", "", "only this tenant")
 	f.String("user", "", "only this user")
-	f.String("api-key", "", "only this API key (as violations keep it: its hashed prefix)")
+	f.String("api-key", "", "only this API key: the key, or its hashed prefix as violations show it")
 	f.String("ip", "", "only this address")
 	f.String("rule", "", "only this rule")
 	f.String("since", "", "minutes at or after this: "+timeHelp)

@@ -73,6 +73,7 @@ type serveConfig struct {
 	abuse            abuseFlags
 	shadow           bool
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
+	events           eventsConfig
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -131,6 +132,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	c.tls.register(cmd)
 	c.statsd.register(f)
 	addAbuseFlags(f, &c.abuse)
+	eventFlags(f, &c.events)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	envoyFlags(f, &c)
 	return cmd
@@ -287,10 +289,17 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer adminHandler.Close()
+	rec, err := startEvents(c.events, ctrl, m, log)
+	if err != nil {
+		lim.Close()
+		return err
+	}
+	defer closeEvents(rec, log) // after the listeners stop: the last decisions are written
 	api := httpapi.New(lim, m, httpapi.Options{
 		// Resets restore quota: they need a write token, as every change does.
 		ResetAuth:    func(h http.Handler) http.Handler { return adminHandler.RequireRole(control.RoleWrite, h) },
 		MaxBodyBytes: c.maxBody,
+		Events:       rec,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Ready: []httpapi.ReadyCheck{
 			{Name: "store", Check: storeCheck(st)},
@@ -308,7 +317,9 @@ func serve(ctx context.Context, c serveConfig) error {
 	admin := overload.NewAdmin(adminLim)
 	mux := http.NewServeMux()
 	// Envoy's reference service's HTTP endpoints, so its deployments' probes and tools work.
-	rlsSrv := rls.New(lim, m, rlsOptions(c))
+	rlsOpts := rlsOptions(c)
+	rlsOpts.Events = rec
+	rlsSrv := rls.New(lim, m, rlsOpts)
 	var healthcheck rls.Healthcheck
 	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
 	mux.Handle("GET /healthcheck", &healthcheck)
@@ -338,7 +349,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		// so the pool must cover the calls in flight, which on Redis wait for the store.
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
-	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite))).Register(grpcSrv)
+	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec)).Register(grpcSrv)
 	rlsSrv.Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)

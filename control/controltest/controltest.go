@@ -102,6 +102,7 @@ func Run(t *testing.T, h Harness) {
 		{"Reopen", testReopen},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"CountsAddUp", testCountsAddUp},
+		{"CountsInBulk", testCountsInBulk},
 		{"Leases", testLeases},
 		{"WindowTotals", testWindowTotals},
 	}

@@ -2,6 +2,7 @@ package controltest
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -110,6 +111,40 @@ func testCountsAddUp(t *testing.T, e *env) {
 	}
 	if e.version() != 0 || len(e.audit()) != 0 {
 		t.Errorf("counts are not changes: version %d, %d audit events", e.version(), len(e.audit()))
+	}
+}
+
+// testCountsInBulk: one AddCounts of more rows than a statement takes at once, with rows given
+// twice (seconds apart in one minute), adds everything up; the last limit given wins.
+func testCountsInBulk(t *testing.T, e *env) {
+	m0 := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	const n = 12_345
+	var usage []control.UsageCount
+	var viols []control.ViolationCount
+	for i := range n {
+		usage = append(usage, control.UsageCount{Minute: m0.Add(time.Duration(i%3) * time.Minute), Rule: "r", Tenant: fmt.Sprintf("t%d", i%1000), Allowed: 1})
+		viols = append(viols, control.ViolationCount{Minute: m0, Rule: "r", User: fmt.Sprintf("u%d", i), Denied: 1, Limit: 10})
+	}
+	usage = append(usage, control.UsageCount{Minute: m0.Add(30 * time.Second), Rule: "r", Tenant: "t0", Denied: 5, Soft: 2})
+	viols = append(viols, control.ViolationCount{Minute: m0.Add(59 * time.Second), Rule: "r", User: "u7", Soft: 3, Limit: 20})
+	if err := e.s.AddCounts(e.ctx, usage, viols); err != nil {
+		t.Fatalf("AddCounts: %v", err)
+	}
+	pts, err := e.s.UsageHistory(e.ctx, control.UsageFilter{Step: time.Hour})
+	if want := []control.UsagePoint{{At: m0, Allowed: n, Denied: 5, Soft: 2}}; err != nil || !reflect.DeepEqual(pts, want) {
+		t.Errorf("UsageHistory = %+v, %v; want %+v", pts, err, want)
+	}
+	pts, err = e.s.UsageHistory(e.ctx, control.UsageFilter{Tenant: "t0", Step: time.Minute})
+	if want := []control.UsagePoint{{At: m0, Allowed: 5, Denied: 5, Soft: 2}, {At: m0.Add(time.Minute), Allowed: 4}, {At: m0.Add(2 * time.Minute), Allowed: 4}}; err != nil || !reflect.DeepEqual(pts, want) {
+		t.Errorf("UsageHistory(t0) = %+v, %v; want %+v", pts, err, want)
+	}
+	got, err := e.s.Violations(e.ctx, control.ViolationFilter{User: "u7"})
+	if want := []control.ViolationCount{{Minute: m0, Rule: "r", User: "u7", Denied: 1, Soft: 3, Limit: 20}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Violations(u7) = %+v, %v; want %+v", got, err, want)
+	}
+	all, err := e.s.Violations(e.ctx, control.ViolationFilter{Limit: control.MaxAuditLimit})
+	if err != nil || len(all) != control.MaxAuditLimit {
+		t.Errorf("Violations = %d rows, %v; want %d (the cap)", len(all), err, control.MaxAuditLimit)
 	}
 }
 

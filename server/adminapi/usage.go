@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/events"
 )
 
 // usage answers the /v1/quota decision for the query's attributes: every limit that applies,
@@ -154,7 +155,7 @@ func (s *Server) violations(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	vs, err := s.store.Violations(r.Context(), control.ViolationFilter{
-		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: q.Get("api_key"), IP: q.Get("ip"), Rule: q.Get("rule"),
+		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: events.APIKeyFilter(q.Get("api_key")), IP: q.Get("ip"), Rule: q.Get("rule"),
 		Since: since, Until: until, Limit: limit,
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/grpcdecode"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/events"
 )
 
 // api labels this server's metrics.
@@ -36,6 +37,8 @@ type Server struct {
 	decisions sync.Pool
 	// resetAuth, when set, must pass before a Reset (WithResetAuth).
 	resetAuth func(ctx context.Context) error
+	// events counts the decisions of checks (WithEvents); nil counts nothing.
+	events *events.Recorder
 }
 
 // Option configures a Server.
@@ -46,6 +49,12 @@ type Option func(*Server)
 // the "authorization" metadata (Unauthenticated, PermissionDenied).
 func WithResetAuth(auth func(ctx context.Context) error) Option {
 	return func(s *Server) { s.resetAuth = auth }
+}
+
+// WithEvents counts every Check's decision (not looks, nor GetQuota) in rec, for the
+// violations log and usage history.
+func WithEvents(rec *events.Recorder) Option {
+	return func(s *Server) { s.events = rec }
 }
 
 var _ sluicev1.RateLimiterServer = (*Server)(nil)
@@ -88,6 +97,9 @@ func (s *Server) Check(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev
 		return nil, s.fail(err)
 	}
 	s.m.ObserveCheck(api, d, time.Since(start))
+	if !look {
+		s.events.Check(&r, d)
+	}
 	return responseOf(d), nil
 }
 

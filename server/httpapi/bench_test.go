@@ -2,23 +2,49 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/sqlite"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/server/events"
 )
 
 // BenchmarkCheckHandler measures POST /v1/check through the handler without the network, on
 // bodies like bench/check.lua's (user and tenant vary, so no reader can serve them from a cache
 // of recent strings): decoding, the decision over the memory store, headers and the JSON
 // answer. The request is reused; only its body is rewound.
-func BenchmarkCheckHandler(b *testing.B) {
+func BenchmarkCheckHandler(b *testing.B) { benchmarkCheckHandler(b, Options{}) }
+
+// BenchmarkCheckHandlerEvents is BenchmarkCheckHandler with the decisions counted for the
+// violations log and usage history (server/events) into a SQLite control store.
+func BenchmarkCheckHandlerEvents(b *testing.B) {
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "control.db"), control.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	rec, err := events.New(events.Options{Store: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rec.Close(context.Background())
+	benchmarkCheckHandler(b, Options{Events: rec})
+	if s := rec.Stats(); s.Dropped > 0 {
+		b.Logf("events dropped: %d", s.Dropped)
+	}
+}
+
+func benchmarkCheckHandler(b *testing.B, o Options) {
 	s := New(testutil.Limiter(b, `
 rules:
   - {name: per-user, key: [tenant, user], algorithm: gcra, limit: 1000000000, period: 1s}
-`, testutil.NewClock()), nil, Options{})
+`, testutil.NewClock()), nil, o)
 	bodies := make([][]byte, 4096)
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"user":"u%d","tenant":"t%d","endpoint":"/api/items","method":"GET"}`, i*7919%100000, i%1000)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/strictjson"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/events"
 )
 
 // DefaultMaxBody caps request bodies: a check is a few hundred bytes.
@@ -43,6 +44,9 @@ type Options struct {
 	// ResetAuth, when set, wraps the POST /v1/reset handler: DESIGN.md asks a write token of
 	// resets, and adminapi.Server.RequireRole(control.RoleWrite, ...) checks it (401, 403).
 	ResetAuth func(http.Handler) http.Handler
+	// Events, when set, counts every check's decision (not looks) for the violations log and
+	// usage history.
+	Events *events.Recorder
 }
 
 // DefaultReadyTimeout bounds a readiness answer: below the 1 s a Kubernetes probe waits by
@@ -278,7 +282,8 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
 	}
 	req := sc.req.request()
 	var err error
-	if quota || (sc.req.Cost.set && sc.req.Cost.v == 0) {
+	look := quota || (sc.req.Cost.set && sc.req.Cost.v == 0)
+	if look {
 		err = s.lim.Quota(r.Context(), &req, &sc.d)
 	} else {
 		err = s.lim.Check(r.Context(), &req, &sc.d)
@@ -288,6 +293,9 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
 		return
 	}
 	s.m.ObserveCheck("http", &sc.d, time.Since(start))
+	if !look {
+		s.opts.Events.Check(&req, &sc.d)
+	}
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	httplimit.SetHeaders(h, &sc.d)

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/policy/envoyconf"
+	"github.com/sluicehq/sluice/server/events"
 )
 
 // The reference service's default header names (its LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER
@@ -45,6 +46,9 @@ type Options struct {
 	// LimitHeader, RemainingHeader and ResetHeader rename those headers (LIMIT_LIMIT_HEADER,
 	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty keeps the defaults above.
 	LimitHeader, RemainingHeader, ResetHeader string
+	// Events, when set, counts every decision (descriptors with hits_addend 0 are looks and
+	// are not counted) for the violations log and usage history.
+	Events *events.Recorder
 }
 
 // Server implements RateLimitService/ShouldRateLimit over a Limiter. It is safe for
@@ -120,6 +124,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 	}
 	resp := s.respond(&c.dec)
 	s.m.ObserveDescriptors(api, &c.dec, time.Since(start))
+	s.o.Events.Descriptors(&c.req, &c.dec)
 	return resp, nil
 }
 

@@ -2,17 +2,25 @@
 -- every node's flushes add up.
 
 -- name: UsageAdd
+-- $1 is a JSON array of rows [minute, rule_name, tenant, allowed, denied, soft], minute in
+-- RFC 3339, each (minute, rule_name, tenant) at most once.
 INSERT INTO usage_minutes (minute, rule_name, tenant, allowed, denied, soft)
-VALUES ($1, $2, $3, $4, $5, $6)
+SELECT (r->>0)::timestamptz, r->>1, r->>2, (r->>3)::bigint, (r->>4)::bigint, (r->>5)::bigint
+FROM json_array_elements($1::json) AS r
 ON CONFLICT (minute, rule_name, tenant) DO UPDATE
 SET allowed = usage_minutes.allowed + excluded.allowed,
     denied = usage_minutes.denied + excluded.denied,
     soft = usage_minutes.soft + excluded.soft;
 
 -- name: ViolationAdd
+-- $1 is a JSON array of rows [minute, rule_name, identity_key, tenant, user_name, api_key, ip,
+-- endpoint, denied, soft, limit_value], minute in RFC 3339, each (minute, rule_name,
+-- identity_key) at most once.
 INSERT INTO violation_minutes (minute, rule_name, identity_key, tenant, user_name, api_key, ip, endpoint,
                                denied, soft, limit_value)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+SELECT (r->>0)::timestamptz, r->>1, r->>2, r->>3, r->>4, r->>5, r->>6, r->>7,
+       (r->>8)::bigint, (r->>9)::bigint, (r->>10)::bigint
+FROM json_array_elements($1::json) AS r
 ON CONFLICT (minute, rule_name, identity_key) DO UPDATE
 SET denied = violation_minutes.denied + excluded.denied,
     soft = violation_minutes.soft + excluded.soft,

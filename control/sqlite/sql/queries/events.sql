@@ -2,17 +2,26 @@
 -- every node's flushes add up.
 
 -- name: UsageAdd
+-- ?1 is a JSON array of rows [minute, rule_name, tenant, allowed, denied, soft], minute in
+-- microseconds, each (minute, rule_name, tenant) at most once. "WHERE true" is SQLite's
+-- documented way to tell the upsert's ON CONFLICT from a join's ON.
 INSERT INTO usage_minutes (minute, rule_name, tenant, allowed, denied, soft)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5
+FROM json_each(?1) WHERE true
 ON CONFLICT (minute, rule_name, tenant) DO UPDATE
 SET allowed = usage_minutes.allowed + excluded.allowed,
     denied = usage_minutes.denied + excluded.denied,
     soft = usage_minutes.soft + excluded.soft;
 
 -- name: ViolationAdd
+-- ?1 is a JSON array of rows [minute, rule_name, identity_key, tenant, user_name, api_key, ip,
+-- endpoint, denied, soft, limit_value], minute in microseconds, each (minute, rule_name,
+-- identity_key) at most once.
 INSERT INTO violation_minutes (minute, rule_name, identity_key, tenant, user_name, api_key, ip, endpoint,
                                denied, soft, limit_value)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6, value ->> 7,
+       value ->> 8, value ->> 9, value ->> 10
+FROM json_each(?1) WHERE true
 ON CONFLICT (minute, rule_name, identity_key) DO UPDATE
 SET denied = violation_minutes.denied + excluded.denied,
     soft = violation_minutes.soft + excluded.soft,

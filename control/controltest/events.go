@@ -124,9 +124,11 @@ func testCountsInBulk(t *testing.T, e *env) {
 	for i := range n {
 		usage = append(usage, control.UsageCount{Minute: m0.Add(time.Duration(i%3) * time.Minute), Rule: "r", Tenant: fmt.Sprintf("t%d", i%1000), Allowed: 1})
 		viols = append(viols, control.ViolationCount{Minute: m0, Rule: "r", User: fmt.Sprintf("u%d", i), Denied: 1, Limit: 10})
+		if i == 7 { // again, seconds later, in the same statement
+			viols = append(viols, control.ViolationCount{Minute: m0.Add(59 * time.Second), Rule: "r", User: "u7", Soft: 3, Limit: 20})
+		}
 	}
 	usage = append(usage, control.UsageCount{Minute: m0.Add(30 * time.Second), Rule: "r", Tenant: "t0", Denied: 5, Soft: 2})
-	viols = append(viols, control.ViolationCount{Minute: m0.Add(59 * time.Second), Rule: "r", User: "u7", Soft: 3, Limit: 20})
 	if err := e.s.AddCounts(e.ctx, usage, viols); err != nil {
 		t.Fatalf("AddCounts: %v", err)
 	}

@@ -52,8 +52,8 @@ type handoff struct {
 // at a later tick, so the queue drains at the speed of a map update, whatever the store does.
 //
 // It polls the queue every Poll rather than waiting on it: a send that finds the receiver
-// parked must wake it, which costs the deciding goroutine a scheduler call (~100 ns measured
-// by BenchmarkRecord) where a send into the buffer costs a lock and a copy.
+// parked must make it runnable, and may wake an idle thread (a futex call), on the deciding
+// goroutine's time; a send into the buffer costs a lock and a copy (BenchmarkRecord/serial).
 func (r *Recorder) gather() {
 	defer close(r.gDone)
 	defer close(r.handoff)

@@ -46,6 +46,7 @@ type Limiter struct {
 	idemTTL  time.Duration
 	log      *slog.Logger
 	onError  func(error)
+	onBurst  func(Burst)
 	share    int64 // on_store_error: local divides limits by this many nodes
 }
 
@@ -73,6 +74,22 @@ func WithLocalShare(nodes int) Option { return func(l *Limiter) { l.share = int6
 
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
+
+// WithBurstHook is called, during the Check that found it, with every burst that a rule's
+// escalation detects: once per caller, rule and window, fleet-wide (a shared store counts for
+// every node). It must not block: hand the burst to a queue and return.
+func WithBurstHook(f func(Burst)) Option { return func(l *Limiter) { l.onBurst = f } }
+
+// Burst is a caller that sent more than a rule's escalation threshold within its window: the
+// request that made it Threshold+1. Escalation names the caller by its API key, or by its user
+// and tenant (User with Tenant, APIKey empty).
+type Burst struct {
+	Rule                 string
+	Tenant, User, APIKey string
+	Window               time.Duration
+	Threshold            int64
+	Penalty              time.Duration
+}
 
 // ErrNoPolicy is returned by New and SetPolicy for a nil policy.
 var ErrNoPolicy = errors.New("sluice: no policy (nil *policy.Snapshot); load one with policy.Load")
@@ -151,7 +168,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		}
 		return nil
 	}
-	banned := false
+	banned, bursts := false, 0
 	for i := range limits {
 		lim := &limits[i]
 		if lim.Banned && !lim.Rule.Shadow {
@@ -159,6 +176,9 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		}
 		if lim.Rule.MissesIdentity(r) {
 			d.Anonymous = true
+		}
+		if lim.BurstKey != nil {
+			bursts++
 		}
 	}
 	opCost := cost
@@ -168,7 +188,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	// Results, ops and their index are filled in place: they are reused buffers, and appending
 	// composite literals of this size would build each one and copy it.
 	d.Results = resize(d.Results, len(limits))
-	d.ops = resize(d.ops, len(limits))
+	d.ops = resize(d.ops, len(limits)+bursts)
 	d.opLimit = resize(d.opLimit, len(limits))
 	nops := 0
 	for i := range limits {
@@ -181,11 +201,15 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 			continue
 		}
 		op := &d.ops[nops]
-		op.Key, op.Params, op.Cost, op.Shadow = lim.Key, lim.Params, opCost, lim.Rule.Shadow
+		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = lim.Key, lim.Params, opCost, lim.Rule.Shadow, false
 		d.opLimit[nops] = i
 		nops++
 	}
-	d.ops, d.opLimit = d.ops[:nops], d.opLimit[:nops]
+	d.opLimit = d.opLimit[:nops]
+	if bursts > 0 {
+		nops = d.addCounters(limits, nops, opCost)
+	}
+	d.ops = d.ops[:nops]
 	d.algo = resize(d.algo, nops)
 	d.batch = store.Batch{Ops: d.ops}
 	if r.IdempotencyKey != "" && cost > 0 && !banned {
@@ -217,14 +241,62 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		}
 		res.Allowed = a.Allowed
 		res.State = stateOf(lim.Spec, lim.Params, a)
+		if lim.Warning != "" && a.Allowed {
+			res.State, res.Warning = max(res.State, StateSoft), lim.Warning
+		}
 		res.Remaining = a.Remaining
 		res.ResetAfter, res.RetryAfter, res.Delay = micros(a.ResetAfter), micros(a.RetryAfter), micros(a.Delay)
 		if a.Reason != algorithm.ReasonNone {
 			res.Reason = a.Reason.String()
 		}
 	}
+	if bursts > 0 && l.onBurst != nil && !d.Degraded && !d.Replayed {
+		l.reportBursts(r, limits, d)
+	}
 	l.summarize(d)
 	return nil
+}
+
+// addCounters appends to d.ops, after the limits' nops ops, the counter op of each limit with
+// a burst counter (escalation), and returns the new count. A counter counts requests, not
+// their cost: 1 for a request that consumes, 0 for a look.
+func (d *Decision) addCounters(limits []policy.Limit, nops int, opCost int64) int {
+	d.counterLimit = d.counterLimit[:0]
+	cost := int64(0)
+	if opCost > 0 {
+		cost = 1
+	}
+	for i := range limits {
+		lim := &limits[i]
+		if lim.BurstKey == nil {
+			continue
+		}
+		op := &d.ops[nops]
+		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = lim.BurstKey, lim.BurstParams, cost, false, true
+		d.counterLimit = append(d.counterLimit, i)
+		nops++
+	}
+	return nops
+}
+
+// reportBursts hands every burst that the counter ops found to the burst hook.
+func (l *Limiter) reportBursts(r *Request, limits []policy.Limit, d *Decision) {
+	first := len(d.opLimit)
+	for j, n := range d.counterLimit {
+		a, op := &d.algo[first+j], &d.ops[first+j]
+		if !policy.BurstOver(a.Allowed, a.Remaining, op.Cost) {
+			continue
+		}
+		rule := limits[n].Rule
+		window, threshold, penalty, _ := rule.Escalation()
+		b := Burst{Rule: rule.Name, Window: window, Threshold: threshold, Penalty: penalty}
+		if r.APIKey != "" {
+			b.APIKey = r.APIKey
+		} else {
+			b.Tenant, b.User = r.Tenant, r.User
+		}
+		l.onBurst(b)
+	}
 }
 
 // summarize sets the top-level fields from the deciding limit.
@@ -249,6 +321,8 @@ func (l *Limiter) summarize(d *Decision) {
 		d.ResetAfter, d.Delay, d.Rule, d.Scope = r.ResetAfter, r.Delay, r.Rule, r.Scope
 		if !d.Allowed {
 			d.RetryAfter, d.Reason = r.RetryAfter, r.Reason
+		} else if r.State == StateSoft {
+			d.Warning = r.Warning
 		}
 	}
 }

@@ -191,7 +191,12 @@ func serve(ctx context.Context, c serveConfig) error {
 			st = hk
 		}
 	}
-	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
+	esc, err := newEscalator(ctrl, reg, log)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError), sluice.WithBurstHook(esc.Report)}
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.
@@ -232,6 +237,8 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	rt.Start(ctx)
 	defer rt.Close()
+	esc.Start(ctx, rt.Sync)
+	defer esc.Close()
 
 	adminHandler, err := adminAPI(ctx, adminDeps{tokenFile: c.adminTokenFile, store: ctrl, runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
 	if err != nil {

@@ -61,7 +61,7 @@ func TestTrustFromTheControlStore(t *testing.T) {
 			control.ViolationCount{Minute: m, Rule: "other", User: "bob", Denied: 1, Limit: 10})
 	}
 	vs = append(vs,
-		control.ViolationCount{Minute: minute.Add(-5 * time.Minute), Rule: "api", User: "bob", Soft: 9, Limit: 150},      // soft only
+		control.ViolationCount{Minute: minute.Add(-5 * time.Minute), Rule: "api", User: "bob", Soft: 9, Limit: 150},       // soft only
 		control.ViolationCount{Minute: minute.Add(-31 * 24 * time.Hour), Rule: "api", User: "bob", Denied: 9, Limit: 150}, // too old
 		control.ViolationCount{Minute: minute.Add(-time.Minute), Rule: "api", User: "carol", APIKey: hashed, Denied: 1, Limit: 150},
 	)

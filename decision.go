@@ -103,12 +103,14 @@ type Decision struct {
 	ops     []store.Op
 	opLimit []int // ops[i] decides for Results[opLimit[i]]
 	// counterLimit lists, for each counter op (escalation's burst counters, after the
-	// limits' ops in ops), the index of its limit.
-	counterLimit []int
-	algo         []algorithm.Result
-	batch        store.Batch
-	idem         []byte
-	fp           []byte // scratch for the idempotency fingerprint
+	// limits' ops in ops), the index of its limit; counterKey holds their keys, the jth
+	// ending at counterEnd[j].
+	counterLimit, counterEnd []int
+	counterKey               []byte
+	algo                     []algorithm.Result
+	batch                    store.Batch
+	idem                     []byte
+	fp                       []byte // scratch for the idempotency fingerprint
 }
 
 // reset clears the answer and keeps the buffers.
@@ -142,11 +144,6 @@ func (d *Decision) deciding() int {
 			// The worst state speaks: a denial before a warning, a warning before a normal
 			// limit with less room, so X-RateLimit-Warning names the rule that warned.
 			if r.State > b.State {
-				best = i
-			}
-		case (r.Warning != "") != (b.Warning != ""):
-			// Of two soft limits, the one under a warning override says why.
-			if r.Warning != "" {
 				best = i
 			}
 		case !r.Allowed:

@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/policy"
@@ -296,5 +298,39 @@ func TestEscalationChecksAllocateNothing(t *testing.T) {
 		}); n != 0 {
 			t.Errorf("%s: %v allocations per check, want 0", r.User, n)
 		}
+	}
+}
+
+// TestWarningHeaderNamesTheWarning: when the deciding limit (the least room) is soft for its
+// threshold and another limit is soft under a warning override, X-RateLimit-Warning is the
+// warning's, and the numbers are the deciding limit's.
+func TestWarningHeaderNamesTheWarning(t *testing.T) {
+	t.Parallel()
+	files, err := policy.ParseFiles(map[string][]byte{"p.yaml": []byte(`
+rules:
+  - {name: search, match: {endpoint: /search}, key: [user], limit: 1000, period: 1m, escalation: {window: 10s, threshold: 50, penalty: 5m}}
+  - {name: per-user, key: [user], limit: 100, period: 1m, soft: 1}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testutil.NewClock()
+	st := &control.State{Version: 1, Overrides: []control.Override{{ID: 1, User: "bob", Rule: "search", Type: control.OverrideWarn,
+		ExpiresAt: c.Now().Add(time.Hour), Reason: "burst: more than 50 requests within 10s", Source: control.SourceAutomatic}}}
+	snap, _ := policy.CompileWith(files, st, c.Now())
+	l, err := sluice.New(memory.New(memory.WithClock(c.Micros), memory.WithSweepInterval(0)), snap, sluice.WithClock(c.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var d sluice.Decision
+	r := sluice.Request{User: "bob", Endpoint: "/search"}
+	if err := l.Check(ctx, &r, &d); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{}
+	httplimit.SetHeaders(h, &d)
+	if d.Rule != "per-user" || d.Limit != 100 || h.Get("X-RateLimit-Warning") != `rule "search": burst: more than 50 requests within 10s` {
+		t.Fatalf("decision %s, X-RateLimit-Warning %q", d.AppendJSON(nil), h.Get("X-RateLimit-Warning"))
 	}
 }

@@ -168,7 +168,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		}
 		return nil
 	}
-	banned, bursts := false, 0
+	banned := false
 	for i := range limits {
 		lim := &limits[i]
 		if lim.Banned && !lim.Rule.Shadow {
@@ -177,9 +177,11 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		if lim.Rule.MissesIdentity(r) {
 			d.Anonymous = true
 		}
-		if lim.BurstKey != nil {
-			bursts++
-		}
+	}
+	// Escalation and warnings cost the checks of a policy without them one test each.
+	bursts := 0
+	if snap.Escalates() && !banned {
+		bursts = d.counterKeys(limits, r)
 	}
 	opCost := cost
 	if banned {
@@ -241,39 +243,80 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		}
 		res.Allowed = a.Allowed
 		res.State = stateOf(lim.Spec, lim.Params, a)
-		if lim.Warning != "" && a.Allowed {
-			res.State, res.Warning = max(res.State, StateSoft), lim.Warning
-		}
 		res.Remaining = a.Remaining
 		res.ResetAfter, res.RetryAfter, res.Delay = micros(a.ResetAfter), micros(a.RetryAfter), micros(a.Delay)
 		if a.Reason != algorithm.ReasonNone {
 			res.Reason = a.Reason.String()
 		}
 	}
+	if snap.Warns() {
+		warn(limits, d)
+	}
 	if bursts > 0 && l.onBurst != nil && !d.Degraded && !d.Replayed {
 		l.reportBursts(r, limits, d)
 	}
 	l.summarize(d)
+	if d.Allowed && d.State == StateSoft && d.Warning == "" && snap.Warns() {
+		d.Warning = d.warning()
+	}
 	return nil
 }
 
-// addCounters appends to d.ops, after the limits' nops ops, the counter op of each limit with
-// a burst counter (escalation), and returns the new count. A counter counts requests, not
-// their cost: 1 for a request that consumes, 0 for a look.
+// counterKeys builds, in d.counterKey, the keys of the counter ops that r sends: one per limit
+// whose rule has an escalation that can name r's caller (escalation's burst counters). It
+// returns how many. A banned request sends none: it reaches the store only to look.
+//
+//go:noinline
+func (d *Decision) counterKeys(limits []policy.Limit, r *Request) int {
+	d.counterLimit, d.counterKey, d.counterEnd = d.counterLimit[:0], d.counterKey[:0], d.counterEnd[:0]
+	for i := range limits {
+		var ok bool
+		if d.counterKey, ok = d.scratch.AppendBurstKey(d.counterKey, limits[i].Rule, r); ok {
+			d.counterLimit, d.counterEnd = append(d.counterLimit, i), append(d.counterEnd, len(d.counterKey))
+		}
+	}
+	return len(d.counterLimit)
+}
+
+// warn makes the allowed results of limits under a warning override soft, with the warning.
+//
+//go:noinline
+func warn(limits []policy.Limit, d *Decision) {
+	for _, n := range d.opLimit {
+		lim, res := &limits[n], &d.Results[n]
+		if lim.Warning != "" && res.Allowed {
+			res.State, res.Warning = max(res.State, StateSoft), lim.Warning
+		}
+	}
+}
+
+// warning returns the first warning of d's soft results: the decision's X-RateLimit-Warning
+// when its deciding limit, the one with the least room, is soft for another reason.
+func (d *Decision) warning() string {
+	for i := range d.Results {
+		if r := &d.Results[i]; r.State == StateSoft && r.Warning != "" && !r.Shadow {
+			return r.Warning
+		}
+	}
+	return ""
+}
+
+// addCounters appends to d.ops, after the limits' nops ops, the counter ops whose keys
+// counterKeys built, and returns the new count. A counter counts requests, not their cost: 1
+// for a request that consumes, 0 for a look.
+//
+//go:noinline
 func (d *Decision) addCounters(limits []policy.Limit, nops int, opCost int64) int {
-	d.counterLimit = d.counterLimit[:0]
 	cost := int64(0)
 	if opCost > 0 {
 		cost = 1
 	}
-	for i := range limits {
-		lim := &limits[i]
-		if lim.BurstKey == nil {
-			continue
-		}
+	start := 0
+	for j, n := range d.counterLimit {
+		end := d.counterEnd[j]
 		op := &d.ops[nops]
-		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = lim.BurstKey, lim.BurstParams, cost, false, true
-		d.counterLimit = append(d.counterLimit, i)
+		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = d.counterKey[start:end:end], limits[n].Rule.BurstParams(), cost, false, true
+		start = end
 		nops++
 	}
 	return nops

@@ -411,8 +411,14 @@ const (
 	ActionBurstBlocked Action = "burst_detected_blocked"
 )
 
-// Actions lists every audit action, in the order of the constants.
-var Actions = []Action{ActionCreate, ActionUpdate, ActionDelete, ActionExpire, ActionBurstWarning, ActionBurstBlocked}
+// Valid reports whether a is one of the audit actions above.
+func (a Action) Valid() bool {
+	switch a {
+	case ActionCreate, ActionUpdate, ActionDelete, ActionExpire, ActionBurstWarning, ActionBurstBlocked:
+		return true
+	}
+	return false
+}
 
 // Kind is the kind of resource an audit event is about.
 type Kind string

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -53,7 +52,7 @@ func (c Change) Validate() error {
 	if err := CheckText("reason", c.Reason, 0, MaxReasonLen); err != nil {
 		return err
 	}
-	if c.Action != "" && !slices.Contains(Actions, c.Action) {
+	if c.Action != "" && !c.Action.Valid() {
 		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not an audit action", c.Action)}
 	}
 	return CheckText("if_match", c.IfMatch, 0, MaxNameLen)
@@ -192,7 +191,7 @@ func (e AuditEvent) Validate() error {
 	if err := CheckText("actor", e.Actor, 1, MaxActorLen); err != nil {
 		return err
 	}
-	if !slices.Contains(Actions, e.Action) {
+	if !e.Action.Valid() {
 		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not an audit action", e.Action)}
 	}
 	switch e.Kind {

@@ -145,6 +145,19 @@ func (b *builder) adapt() {
 	}
 }
 
+// adapt gives l its spec at r's trust level, if it has one. Kept out of line: most rules are
+// not adaptive, and inlined into Resolve's loop its lookups slowed every check.
+//
+//go:noinline
+func (s *Snapshot) adapt(l *Limit, r *Request, sc *Scratch) {
+	if sc.level == levelUnknown {
+		sc.level = s.trust.of(r)
+	}
+	if spec := l.Rule.adaptedSpec(sc.level, r.Tier); spec != nil {
+		l.Spec = spec
+	}
+}
+
 // adaptedSpec returns c's limit for tier at trust level (see trustLevels.of), or nil to keep
 // the rule's own.
 func (c *CompiledRule) adaptedSpec(level int32, tier string) *Spec {

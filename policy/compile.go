@@ -55,11 +55,11 @@ type Snapshot struct {
 	// trust is the callers whose adaptive limits differ from their rules' (adaptive.go).
 	trust trustLevels
 	// warns is set when an override is a warning, which Resolve then looks for besides the
-	// override that sets a limit.
-	warns   bool
-	envoy   *envoyconf.Config
-	shapes  []shape           // the target shapes overrides use, most specific first (see matchOverrides)
-	apiKeys map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
+	// override that sets a limit; escalates when a rule has an escalation.
+	warns, escalates bool
+	envoy            *envoyconf.Config
+	shapes           []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	apiKeys          map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 
 	filesVersion   string
 	controlVersion int64
@@ -213,6 +213,7 @@ func (b *builder) rule(r *Rule) []error {
 	}
 	b.s.byName[c.Name] = c
 	b.s.rules = append(b.s.rules, c)
+	b.s.escalates = b.s.escalates || c.esc != nil
 	return errs
 }
 

@@ -24,8 +24,8 @@ const (
 // nothing remaining: exactly one request of the fleet per burst and window, so each burst
 // is reported once however many nodes see it.
 type escalation struct {
-	Window, Penalty time.Duration
-	Threshold       int64
+	window, penalty time.Duration
+	threshold       int64
 	params          algorithm.Params
 	head            []byte // sl:<rule>:!burst; real rules' heads have 8 hex digits there
 }
@@ -53,7 +53,7 @@ func compileEscalation(name string, e *Escalation) (*escalation, []error) {
 		return nil, []error{&FieldError{Field: "escalation.window", Msg: err.Error()}}
 	}
 	return &escalation{
-		Window: window, Penalty: penalty, Threshold: e.Threshold, params: p,
+		window: window, penalty: penalty, threshold: e.Threshold, params: p,
 		head: key.AppendHead(nil, name, "!burst"),
 	}, nil
 }
@@ -64,25 +64,45 @@ func (c *CompiledRule) Escalation() (window time.Duration, threshold int64, pena
 	if c.esc == nil {
 		return 0, 0, 0, false
 	}
-	return c.esc.Window, c.esc.Threshold, c.esc.Penalty, true
+	return c.esc.window, c.esc.threshold, c.esc.penalty, true
 }
 
-// escalationTarget reports whether escalation can name r's caller with an override target:
-// its API key, or its user (with its tenant, as users are a tenant's). A caller known only by
-// its IP address, or not at all, is not counted: no override names an address.
-func escalationTarget(r *Request) bool { return r.APIKey != "" || r.User != "" }
-
-// appendBurstKey appends the key of c's burst counter for r's caller:
+// AppendBurstKey appends to dst the key of the burst counter of rule c (its escalation) for
+// r's caller, and reports true; it reports false, appending nothing, when c has no escalation
+// or escalation cannot name the caller. Escalation names a caller by its API key, or by its
+// user (with its tenant, as users are a tenant's); one known only by its address, or not at
+// all, is not counted, as no override names an address. The key is
 // sl:<rule>:!burst:{a=#<hash>} for an API key, sl:<rule>:!burst:{u=<user>}:<tenant> for a
-// user. The caller's tag puts it on the slot of the caller's other limits.
-func (c *CompiledRule) appendBurstKey(dst []byte, r *Request, sc *Scratch) []byte {
+// user: the caller's tag puts it on the slot of the caller's other limits. sc is the Scratch
+// that r was resolved in, whose hash of the API key it reuses.
+func (sc *Scratch) AppendBurstKey(dst []byte, c *CompiledRule, r *Request) ([]byte, bool) {
+	if c.esc == nil || r.APIKey == "" && r.User == "" {
+		return dst, false
+	}
 	dst = append(dst, c.esc.head...)
 	if r.APIKey != "" {
-		return key.AppendTagPart(dst, 'a', sc.apiKeyPart(r.APIKey))
+		return key.AppendTagPart(dst, 'a', sc.apiKeyPart(r.APIKey)), true
 	}
 	dst = key.AppendTag(dst, 'u', r.User)
-	return key.AppendValue(dst, r.Tenant)
+	return key.AppendValue(dst, r.Tenant), true
 }
+
+// BurstParams returns the parameters of c's burst counters (a fixed window of threshold+1 per
+// window), or nil when c has no escalation.
+func (c *CompiledRule) BurstParams() *algorithm.Params {
+	if c.esc == nil {
+		return nil
+	}
+	return &c.esc.params
+}
+
+// Escalates reports whether a rule of the snapshot has an escalation: only then do its
+// requests send counter ops (AppendBurstKey).
+func (s *Snapshot) Escalates() bool { return s.escalates }
+
+// Warns reports whether an override of the snapshot is a warning: only then may a limit carry
+// a Warning.
+func (s *Snapshot) Warns() bool { return s.warns }
 
 // BurstOver reports whether a counter op's result says its request crossed the threshold: it
 // took the window's last unit. Only a request that counted (cost > 0) can.

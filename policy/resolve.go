@@ -26,15 +26,8 @@ type Limit struct {
 	// limit's allowed decisions are soft, with this as X-RateLimit-Warning.
 	Warning string
 
-	// BurstKey, when set, is the key of the caller's burst counter for the rule (its
-	// escalation): the limit's request sends a counter op there with BurstParams
-	// (escalation.go). Not set for a banned limit, nor for a caller escalation cannot name.
-	BurstKey    []byte
-	BurstParams *algorithm.Params
-
-	keyStart, keyEnd     int32
-	burstStart, burstEnd int32
-	specIndex            int32 // index+1 in Scratch.specs of an override's spec; 0 for none
+	keyStart, keyEnd int32
+	specIndex        int32 // index+1 in Scratch.specs of an override's spec; 0 for none
 }
 
 // BannedUntil is when the ban on a Banned limit ends.
@@ -69,6 +62,9 @@ type Scratch struct {
 	// level is the request's trust level (trustLevels.of), looked up for the first adaptive
 	// rule; levelUnknown before.
 	level int32
+	// warned is set when a limit of the last Resolve got a Warning: the next one clears
+	// them first. Most snapshots have no warnings, and their checks clear nothing.
+	warned bool
 }
 
 // levelUnknown marks Scratch.level not looked up yet.
@@ -118,6 +114,13 @@ func (s *Snapshot) ResolveNow(r *Request, clock func() time.Time, sc *Scratch) (
 
 // resolve is Resolve at now, or, when clock is set, at clock's time read on first need.
 func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc *Scratch) ([]Limit, time.Time) {
+	if sc.warned {
+		// The last Resolve gave limits a Warning; Limits are filled in place, field by field.
+		for i := range sc.Limits {
+			sc.Limits[i].Warning = ""
+		}
+		sc.warned = false
+	}
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
 	sc.level = levelUnknown
 	sc.cands = s.index.candidates(r, sc.cands[:0])
@@ -148,15 +151,9 @@ func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc
 		sc.Limits = sc.Limits[:n+1]
 		l := &sc.Limits[n]
 		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
-		l.Warning, l.BurstKey, l.BurstParams = "", nil, nil
 		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
 		if rule.adaptive {
-			if sc.level == levelUnknown {
-				sc.level = s.trust.of(r)
-			}
-			if spec := rule.adaptedSpec(sc.level, r.Tier); spec != nil {
-				l.Spec = spec
-			}
+			s.adapt(l, r, sc)
 		}
 		if overrides && len(sc.ovs) > 0 {
 			if clock != nil {
@@ -166,19 +163,11 @@ func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc
 		}
 		sc.keys = rule.appendKey(sc.keys, r, sc)
 		l.keyEnd = int32(len(sc.keys))
-		l.burstStart, l.burstEnd = l.keyEnd, l.keyEnd
-		if rule.esc != nil && !l.Banned && escalationTarget(r) {
-			sc.keys = rule.appendBurstKey(sc.keys, r, sc)
-			l.burstEnd = int32(len(sc.keys))
-		}
 	}
 	// Keys and specs are pointed at only now: appending above may have moved the buffers.
 	for i := range sc.Limits {
 		l := &sc.Limits[i]
 		l.Key = sc.keys[l.keyStart:l.keyEnd:l.keyEnd]
-		if l.burstEnd > l.burstStart {
-			l.BurstKey, l.BurstParams = sc.keys[l.burstStart:l.burstEnd:l.burstEnd], &l.Rule.esc.params
-		}
 		if l.specIndex > 0 {
 			l.Spec = &sc.specs[l.specIndex-1]
 		}
@@ -291,7 +280,7 @@ func find(lists [][]*compiledOverride, rule string, now time.Time, warning bool)
 func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time.Time, sc *Scratch) {
 	if s.warns {
 		if w := findWarning(lists, l.Rule.Name, now); w != nil {
-			l.Warning = w.warning
+			l.Warning, sc.warned = w.warning, true
 		}
 	}
 	o := findOverride(lists, l.Rule.Name, now)

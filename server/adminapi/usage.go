@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
 
@@ -193,7 +192,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) error {
 	}
 	f := control.AuditFilter{Since: since, Until: until, Actor: q.Get("actor"), Action: control.Action(q.Get("action")),
 		Kind: control.Kind(q.Get("kind")), Target: q.Get("target"), Limit: limit}
-	if f.Action != "" && !slices.Contains(control.Actions, f.Action) {
+	if f.Action != "" && !f.Action.Valid() {
 		return &policy.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not create, update, delete, expire, burst_detected_warning or burst_detected_blocked", f.Action)}
 	}
 	switch f.Kind {

@@ -97,11 +97,11 @@ func (e *Escalator) Report(b sluice.Burst) {
 // Dropped returns how many bursts found the queue full.
 func (e *Escalator) Dropped() uint64 { return e.dropped.Load() }
 
-// Start writes the penalties of the bursts reported, until ctx ends or Close. sync, when set,
+// Start writes the penalties of the bursts reported, until ctx ends or Close. enforce, when set,
 // is called with the control version of each penalty written, so that this node enforces it
 // before the next burst is handled (controlplane.Runtime.Sync); the other nodes follow within a
 // second.
-func (e *Escalator) Start(ctx context.Context, sync func(context.Context, int64) error) {
+func (e *Escalator) Start(ctx context.Context, enforce func(context.Context, int64) error) {
 	ctx, e.cancel = context.WithCancel(ctx)
 	e.wg.Add(1)
 	go func() {
@@ -115,14 +115,14 @@ func (e *Escalator) Start(ctx context.Context, sync func(context.Context, int64)
 				o, err := e.Escalate(ctx, b)
 				switch {
 				case errors.Is(err, ErrOverridden):
-					e.log.Info("escalation: burst not penalized: an override of the caller applies already", "rule", b.Rule, "tenant", b.Tenant, "user", b.User, "api_key", b.APIKey != "")
+					e.log.Debug("escalation: burst not penalized: an override of the caller applies already", "rule", b.Rule, "tenant", b.Tenant, "user", b.User, "api_key", b.APIKey != "")
 				case err != nil:
 					if ctx.Err() == nil {
 						e.log.Warn("escalation: writing a penalty failed", "rule", b.Rule, "err", err)
 					}
-				case sync != nil:
+				case enforce != nil:
 					cctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
-					if err := sync(cctx, o.Version); err != nil && ctx.Err() == nil {
+					if err := enforce(cctx, o.Version); err != nil && ctx.Err() == nil {
 						e.log.Debug("escalation: enforcing the penalty here waits for the control plane", "err", err)
 					}
 					cancel()

@@ -274,11 +274,9 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 		if op.Cost > 0 {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling
 			// denies (the log's entries are shared with the entry; the rest is a copy). A
-			// counter counts whatever its siblings decide: it has nothing to undo.
-			if !op.Counter {
-				p.undo.Save(st)
-				p.commit = true
-			}
+			// counter counts whatever its siblings decide: its commit is never undone.
+			p.undo.Save(st)
+			p.commit = !op.Counter
 			idle := algorithm.Commit(op.Params, st, now, op.Cost)
 			root := p
 			if p.alias >= 0 {

@@ -42,6 +42,9 @@ type Result struct {
 	Delay      time.Duration
 	Shadow     bool
 	Reason     string
+	// Warning is set while a warning override (escalation's first penalty) applies to the
+	// limit's caller: the limit's allowed decisions are soft, and this says why.
+	Warning string
 }
 
 // start sets r to the limit lim before it is decided. Field by field, not as a composite
@@ -50,7 +53,7 @@ type Result struct {
 func (r *Result) start(lim *policy.Limit) {
 	r.Rule, r.Scope, r.Algorithm, r.Shadow = lim.Rule.Name, lim.Rule.Scope, lim.Params.Kind, lim.Rule.Shadow
 	r.Limit, r.Period = lim.Spec.Limit, lim.Spec.Period
-	r.Allowed, r.State, r.Remaining, r.Reason = false, StateNormal, 0, ""
+	r.Allowed, r.State, r.Remaining, r.Reason, r.Warning = false, StateNormal, 0, "", ""
 	r.ResetAfter, r.RetryAfter, r.Delay = 0, 0, 0
 }
 
@@ -88,6 +91,9 @@ type Decision struct {
 	// lacking it. Counted in sluice_requests_without_identity_total.
 	Anonymous bool
 	Reason    string
+	// Warning is the deciding limit's Result.Warning when the decision is allowed and soft:
+	// the X-RateLimit-Warning of a caller under a warning override.
+	Warning string
 	// PolicyVersion is the version of the policy that decided.
 	PolicyVersion string
 	Results       []Result
@@ -98,17 +104,22 @@ type Decision struct {
 	user    string
 	ops     []store.Op
 	opLimit []int // ops[i] decides for Results[opLimit[i]]
-	algo    []algorithm.Result
-	batch   store.Batch
-	idem    []byte
-	fp      []byte // scratch for the idempotency fingerprint
+	// counterLimit lists, for each counter op (escalation's burst counters, after the
+	// limits' ops in ops), the index of its limit; counterKey holds their keys, the jth
+	// ending at counterEnd[j].
+	counterLimit, counterEnd []int
+	counterKey               []byte
+	algo                     []algorithm.Result
+	batch                    store.Batch
+	idem                     []byte
+	fp                       []byte // scratch for the idempotency fingerprint
 }
 
 // reset clears the answer and keeps the buffers.
 func (d *Decision) reset() {
 	d.Allowed, d.State, d.Limit, d.Period, d.Remaining = false, StateNormal, 0, 0, 0
 	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
-	d.Rule, d.Scope, d.Reason, d.PolicyVersion = "", "", "", ""
+	d.Rule, d.Scope, d.Reason, d.PolicyVersion, d.Warning = "", "", "", "", ""
 	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey, d.Anonymous = false, false, false, false, false, false
 	d.Results, d.ops, d.opLimit, d.idem = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0]
 }
@@ -224,6 +235,10 @@ func (d *Decision) AppendJSON(b []byte) []byte {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, d.Reason)
 	}
+	if d.Warning != "" {
+		b = append(b, `,"warning":`...)
+		b = appendJSONString(b, d.Warning)
+	}
 	if d.PolicyVersion != "" {
 		b = append(b, `,"policy_version":`...)
 		b = appendJSONString(b, d.PolicyVersion)
@@ -262,6 +277,10 @@ func (d *Decision) AppendJSON(b []byte) []byte {
 		if r.Reason != "" {
 			b = append(b, `,"reason":`...)
 			b = appendJSONString(b, r.Reason)
+		}
+		if r.Warning != "" {
+			b = append(b, `,"warning":`...)
+			b = appendJSONString(b, r.Warning)
 		}
 		b = append(b, '}')
 	}

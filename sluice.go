@@ -46,6 +46,7 @@ type Limiter struct {
 	idemTTL  time.Duration
 	log      *slog.Logger
 	onError  func(error)
+	onBurst  func(Burst)
 	share    int64 // on_store_error: local divides limits by this many nodes
 	shadow   bool  // every limit is a shadow: decided and reported, never denying
 }
@@ -81,6 +82,22 @@ func WithShadow() Option { return func(l *Limiter) { l.shadow = true } }
 
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
+
+// WithBurstHook is called, during the Check that found it, with every burst that a rule's
+// escalation detects: once per caller, rule and window, fleet-wide (a shared store counts for
+// every node). It must not block: hand the burst to a queue and return.
+func WithBurstHook(f func(Burst)) Option { return func(l *Limiter) { l.onBurst = f } }
+
+// Burst is a caller that sent more than a rule's escalation threshold within its window: the
+// request that made it Threshold+1. Escalation names the caller by its API key, or by its user
+// and tenant (User with Tenant, APIKey empty).
+type Burst struct {
+	Rule                 string
+	Tenant, User, APIKey string
+	Window               time.Duration
+	Threshold            int64
+	Penalty              time.Duration
+}
 
 // ErrNoPolicy is returned by New and SetPolicy for a nil policy.
 var ErrNoPolicy = errors.New("sluice: no policy (nil *policy.Snapshot); load one with policy.Load")
@@ -173,6 +190,11 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 			d.Anonymous = true
 		}
 	}
+	// Escalation and warnings cost the checks of a policy without them one test each.
+	bursts := 0
+	if snap.Escalates() && !banned {
+		bursts = d.counterKeys(limits, r)
+	}
 	opCost := cost
 	if banned {
 		opCost = 0 // a banned request consumes nothing; look, to report the other limits
@@ -180,7 +202,7 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	// Results, ops and their index are filled in place: they are reused buffers, and appending
 	// composite literals of this size would build each one and copy it.
 	d.Results = resize(d.Results, len(limits))
-	d.ops = resize(d.ops, len(limits))
+	d.ops = resize(d.ops, len(limits)+bursts)
 	d.opLimit = resize(d.opLimit, len(limits))
 	nops := 0
 	for i := range limits {
@@ -194,11 +216,15 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 			continue
 		}
 		op := &d.ops[nops]
-		op.Key, op.Params, op.Cost, op.Shadow = lim.Key, lim.Params, opCost, lim.Rule.Shadow || l.shadow
+		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = lim.Key, lim.Params, opCost, lim.Rule.Shadow || l.shadow, false
 		d.opLimit[nops] = i
 		nops++
 	}
-	d.ops, d.opLimit = d.ops[:nops], d.opLimit[:nops]
+	d.opLimit = d.opLimit[:nops]
+	if bursts > 0 {
+		nops = d.addCounters(limits, nops, opCost)
+	}
+	d.ops = d.ops[:nops]
 	d.algo = resize(d.algo, nops)
 	d.batch = store.Batch{Ops: d.ops}
 	if r.IdempotencyKey != "" && cost > 0 && !banned {
@@ -236,8 +262,97 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 			res.Reason = a.Reason.String()
 		}
 	}
+	if snap.Warns() {
+		warn(limits, d)
+	}
+	if bursts > 0 && l.onBurst != nil && !d.Degraded && !d.Replayed {
+		l.reportBursts(r, limits, d)
+	}
 	l.summarize(d)
+	if d.Allowed && d.State == StateSoft && d.Warning == "" && snap.Warns() {
+		d.Warning = d.warning()
+	}
 	return nil
+}
+
+// counterKeys builds, in d.counterKey, the keys of the counter ops that r sends: one per limit
+// whose rule has an escalation that can name r's caller (escalation's burst counters). It
+// returns how many. A banned request sends none: it reaches the store only to look.
+//
+//go:noinline
+func (d *Decision) counterKeys(limits []policy.Limit, r *Request) int {
+	d.counterLimit, d.counterKey, d.counterEnd = d.counterLimit[:0], d.counterKey[:0], d.counterEnd[:0]
+	for i := range limits {
+		var ok bool
+		if d.counterKey, ok = d.scratch.AppendBurstKey(d.counterKey, limits[i].Rule, r); ok {
+			d.counterLimit, d.counterEnd = append(d.counterLimit, i), append(d.counterEnd, len(d.counterKey))
+		}
+	}
+	return len(d.counterLimit)
+}
+
+// warn makes the allowed results of limits under a warning override soft, with the warning.
+//
+//go:noinline
+func warn(limits []policy.Limit, d *Decision) {
+	for _, n := range d.opLimit {
+		lim, res := &limits[n], &d.Results[n]
+		if lim.Warning != "" && res.Allowed {
+			res.State, res.Warning = max(res.State, StateSoft), lim.Warning
+		}
+	}
+}
+
+// warning returns the first warning of d's soft results: the decision's X-RateLimit-Warning
+// when its deciding limit, the one with the least room, is soft for another reason.
+func (d *Decision) warning() string {
+	for i := range d.Results {
+		if r := &d.Results[i]; r.State == StateSoft && r.Warning != "" && !r.Shadow {
+			return r.Warning
+		}
+	}
+	return ""
+}
+
+// addCounters appends to d.ops, after the limits' nops ops, the counter ops whose keys
+// counterKeys built, and returns the new count. A counter counts requests, not their cost: 1
+// for a request that consumes, 0 for a look.
+//
+//go:noinline
+func (d *Decision) addCounters(limits []policy.Limit, nops int, opCost int64) int {
+	cost := int64(0)
+	if opCost > 0 {
+		cost = 1
+	}
+	start := 0
+	for j, n := range d.counterLimit {
+		end := d.counterEnd[j]
+		op := &d.ops[nops]
+		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = d.counterKey[start:end:end], limits[n].Rule.BurstParams(), cost, false, true
+		start = end
+		nops++
+	}
+	return nops
+}
+
+// reportBursts hands every burst that the counter ops found to the burst hook.
+func (l *Limiter) reportBursts(r *Request, limits []policy.Limit, d *Decision) {
+	first := len(d.opLimit)
+	for j, n := range d.counterLimit {
+		a, op := &d.algo[first+j], &d.ops[first+j]
+		if !policy.BurstOver(a.Allowed, a.Remaining, op.Cost) {
+			continue
+		}
+		rule := limits[n].Rule
+		window, threshold, penalty, _ := rule.Escalation()
+		b := Burst{Rule: rule.Name, Window: window, Threshold: threshold, Penalty: penalty}
+		if r.APIKey != "" {
+			b.APIKey = r.APIKey
+		} else {
+			b.Tenant, b.User = r.Tenant, r.User
+		}
+		l.onBurst(b)
+	}
 }
 
 // summarize sets the top-level fields from the deciding limit.
@@ -262,6 +377,8 @@ func (l *Limiter) summarize(d *Decision) {
 		d.ResetAfter, d.Delay, d.Rule, d.Scope = r.ResetAfter, r.Delay, r.Rule, r.Scope
 		if !d.Allowed {
 			d.RetryAfter, d.Reason = r.RetryAfter, r.Reason
+		} else if r.State == StateSoft {
+			d.Warning = r.Warning
 		}
 	}
 }

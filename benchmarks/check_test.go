@@ -8,6 +8,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -294,5 +295,51 @@ func BenchmarkCheckControl(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCheckEscalation is BenchmarkCheck's serial Check of one limit whose rule has an
+// escalation (the request also sends its caller's burst counter, a second op of the same
+// batch), one whose rule is adaptive (for a caller with a trust score, and one without), and
+// one under a warning override. The threshold is never reached.
+func BenchmarkCheckEscalation(b *testing.B) {
+	trust := 0.5
+	st := &control.State{Version: 1,
+		Identities: []control.Identity{{Kind: control.IdentityUser, Value: "trusted", Trust: &trust}},
+		Overrides: []control.Override{{ID: 1, User: "warned", Rule: "per-user", Type: control.OverrideWarn,
+			ExpiresAt: time.Now().Add(time.Hour), Source: control.SourceAutomatic, Reason: "burst"}},
+	}
+	for _, c := range []struct {
+		name, rule, user string
+	}{
+		{"escalation", "escalation: {window: 10s, threshold: 1000000000, penalty: 5m}", "u1"},
+		{"adaptive/trusted", "adaptive: trust", "trusted"},
+		{"adaptive/untrusted", "adaptive: trust", "u1"},
+		{"warned", "escalation: {window: 10s, threshold: 1000000000, penalty: 5m}", "warned"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			yml := strings.Replace(oneLimit, "period: 1s}", "period: 1s, "+c.rule+"}", 1)
+			files, err := policy.ParseFiles(map[string][]byte{"bench.yaml": []byte(yml)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			snap, skipped := policy.CompileWith(files, st, time.Now())
+			if len(skipped) > 0 {
+				b.Fatal(skipped)
+			}
+			l := limiter(b, yml, memory.WithClock(func() int64 { return 1_700_000_000_000_000 }))
+			if err := l.SetPolicy(snap); err != nil {
+				b.Fatal(err)
+			}
+			req := sluice.Request{Tenant: "acme", User: c.user, Endpoint: "/api/items", Method: "GET"}
+			var d sluice.Decision
+			l.Check(context.Background(), &req, &d)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := l.Check(context.Background(), &req, &d); err != nil || !d.Allowed {
+					b.Fatal(err, d.Allowed)
+				}
+			}
+		})
 	}
 }

@@ -75,6 +75,9 @@ type Store interface {
 	// CreateOverride stores o and assigns its ID, CreatedBy (ch.Actor) and CreatedAt.
 	// o.ExpiresAt must be in the future. ErrConflict if an active override has the same target
 	// (tenant, user, api_key, endpoint, rule); an expired one is expired in the same transaction.
+	// With ch.IfMatch, o replaces the active override of its target if that one's ETag matches
+	// ("*": any), in one change audited once (before: the old, after: o); ErrPreconditionFailed
+	// if it does not match or there is none. Escalation turns a warning into a ban so.
 	CreateOverride(ctx context.Context, ch Change, o Override) (Override, error)
 	// DeleteOverride deletes an override and returns the control version of the change.
 	DeleteOverride(ctx context.Context, ch Change, id int64) (int64, error)
@@ -213,6 +216,10 @@ type Change struct {
 	// resource), or the change fails with ErrPreconditionFailed. Quotes and a W/ prefix of an
 	// HTTP header are the caller's to strip.
 	IfMatch string
+	// Action, when set, is the audit event's action instead of the change's own (create,
+	// update, delete): an automatic penalty says what caused it (ActionBurstWarning,
+	// ActionBurstBlocked).
+	Action Action
 }
 
 // Actors the system itself writes in the audit log.
@@ -251,6 +258,9 @@ const (
 	OverrideBan        OverrideType = "ban"        // deny until it expires
 	OverrideMultiplier OverrideType = "multiplier" // limit and burst times Value
 	OverrideCustom     OverrideType = "custom"     // Limit and Burst replace the rule's
+	// OverrideWarn leaves the limits as they are and makes their allowed decisions soft, with
+	// a warning header: escalation's first penalty for a burst.
+	OverrideWarn OverrideType = "warn"
 )
 
 // Source says where an override came from.
@@ -401,7 +411,21 @@ const (
 	ActionUpdate Action = "update"
 	ActionDelete Action = "delete"
 	ActionExpire Action = "expire"
+	// ActionBurstWarning records escalation's warning of a caller that burst at a rule (the
+	// creation of a warn override); ActionBurstBlocked its ban for bursting again while
+	// warned (the warning replaced by a ban).
+	ActionBurstWarning Action = "burst_detected_warning"
+	ActionBurstBlocked Action = "burst_detected_blocked"
 )
+
+// Valid reports whether a is one of the audit actions above.
+func (a Action) Valid() bool {
+	switch a {
+	case ActionCreate, ActionUpdate, ActionDelete, ActionExpire, ActionBurstWarning, ActionBurstBlocked:
+		return true
+	}
+	return false
+}
 
 // Kind is the kind of resource an audit event is about.
 type Kind string

@@ -52,6 +52,9 @@ func (c Change) Validate() error {
 	if err := CheckText("reason", c.Reason, 0, MaxReasonLen); err != nil {
 		return err
 	}
+	if c.Action != "" && !c.Action.Valid() {
+		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not an audit action", c.Action)}
+	}
 	return CheckText("if_match", c.IfMatch, 0, MaxNameLen)
 }
 
@@ -99,13 +102,13 @@ func (o Override) Validate() error {
 		return &InvalidError{Field: "burst", Msg: "must be >= 0"}
 	}
 	switch o.Type {
-	case OverrideBan, OverrideCustom:
+	case OverrideBan, OverrideCustom, OverrideWarn:
 	case OverrideMultiplier:
 		if o.Value <= 0 {
 			return &InvalidError{Field: "value", Msg: "a multiplier must be > 0"}
 		}
 	default:
-		return &InvalidError{Field: "type", Msg: fmt.Sprintf("%q is not ban, multiplier or custom", o.Type)}
+		return &InvalidError{Field: "type", Msg: fmt.Sprintf("%q is not ban, multiplier, custom or warn", o.Type)}
 	}
 	if o.ExpiresAt.IsZero() {
 		return &InvalidError{Field: "expires_at", Msg: "required"}
@@ -188,10 +191,8 @@ func (e AuditEvent) Validate() error {
 	if err := CheckText("actor", e.Actor, 1, MaxActorLen); err != nil {
 		return err
 	}
-	switch e.Action {
-	case ActionCreate, ActionUpdate, ActionDelete, ActionExpire:
-	default:
-		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not create, update, delete or expire", e.Action)}
+	if !e.Action.Valid() {
+		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not an audit action", e.Action)}
 	}
 	switch e.Kind {
 	case KindRule, KindOverride, KindExemption, KindIdentity, KindToken, KindPolicyFiles, KindPenalty:

@@ -358,7 +358,11 @@ func SetHeaders(h http.Header, d *sluice.Decision) {
 		h["Retry-After"] = []string{string(strconv.AppendInt(buf[:0], ceilSeconds(d.RetryAfter), 10))}
 	}
 	if d.Allowed && d.State == sluice.StateSoft {
-		h["X-Ratelimit-Warning"] = []string{"soft limit reached for rule " + strconv.Quote(d.Rule)}
+		if d.Warning != "" {
+			h["X-Ratelimit-Warning"] = []string{d.Warning} // a warning override's
+		} else {
+			h["X-Ratelimit-Warning"] = []string{"soft limit reached for rule " + strconv.Quote(d.Rule)}
+		}
 	}
 }
 

@@ -52,9 +52,14 @@ type Snapshot struct {
 	single     [4]map[string][]*compiledOverride
 	exemptions exemptions
 	ids        identities
-	envoy      *envoyconf.Config
-	shapes     []shape           // the target shapes overrides use, most specific first (see matchOverrides)
-	apiKeys    map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
+	// trust is the callers whose adaptive limits differ from their rules' (adaptive.go).
+	trust trustLevels
+	// warns is set when an override is a warning, which Resolve then looks for besides the
+	// override that sets a limit; escalates when a rule has an escalation.
+	warns, escalates bool
+	envoy            *envoyconf.Config
+	shapes           []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	apiKeys          map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 
 	filesVersion   string
 	controlVersion int64
@@ -84,6 +89,12 @@ type CompiledRule struct {
 	match   []filter
 	base    Spec
 	tiers   map[string]*Spec
+	// esc is the rule's escalation, nil for none (escalation.go).
+	esc *escalation
+	// adaptive is set for adaptive: trust; adapted holds the rule's specs per trust level
+	// (adaptive.go).
+	adaptive bool
+	adapted  []adaptedSpecs
 }
 
 // Spec is a limit's nominal numbers and the effective parameters derived from them.
@@ -202,6 +213,7 @@ func (b *builder) rule(r *Rule) []error {
 	}
 	b.s.byName[c.Name] = c
 	b.s.rules = append(b.s.rules, c)
+	b.s.escalates = b.s.escalates || c.esc != nil
 	return errs
 }
 
@@ -247,6 +259,9 @@ func (b *builder) override(o *Override, sources []string) []error {
 	if !b.seen[c.shape] {
 		b.seen[c.shape] = true
 		s.shapes = append(s.shapes, c.shape)
+	}
+	if c.kind == overrideWarn {
+		s.warns = true
 	}
 	return nil
 }
@@ -397,6 +412,18 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		c.OnStoreError = FailLocal
 	default:
 		bad("on_store_error", "%q is not open, closed or local", r.OnStoreError)
+	}
+	switch r.Adaptive {
+	case "":
+	case AdaptiveTrust:
+		c.adaptive = true
+	default:
+		bad("adaptive", "%q is not trust", r.Adaptive)
+	}
+	if r.Escalation != nil {
+		esc, eerrs := compileEscalation(r.Name, r.Escalation)
+		errs = append(errs, eerrs...)
+		c.esc = esc
 	}
 
 	limitOK := checkCount("limit", r.Limit)
@@ -641,6 +668,8 @@ type compiledOverride struct {
 	expiresAt time.Time
 	// Reason and source travel with decisions that an override shaped.
 	Reason, Source string
+	// warning is a warning override's X-RateLimit-Warning: its reason, after its rule.
+	warning string
 }
 
 type overrideKind uint8
@@ -649,6 +678,10 @@ const (
 	overrideBan overrideKind = iota + 1
 	overrideMultiplier
 	overrideCustom
+	// overrideWarn leaves the limit as it is and makes its allowed decisions soft, with a
+	// warning: escalation's first penalty. It is looked up apart from the others (see
+	// findOverride), so a warning never lifts a penalty of a less specific target.
+	overrideWarn
 )
 
 // maxMultiplier bounds a multiplier override: a limit at most 1000 times its rule's.
@@ -755,8 +788,14 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 				errs = append(errs, err)
 			}
 		}
+	case "warn":
+		c.kind = overrideWarn
+		unused("value", o.Value != 0, o.Type)
+		unused("limit", o.Limit != 0, o.Type)
+		unused("burst", o.Burst != 0, o.Type)
+		c.warning = warningText(o.Rule, o.Reason)
 	default:
-		bad("type", "%q is not ban, multiplier or custom", o.Type)
+		bad("type", "%q is not ban, multiplier, custom or warn", o.Type)
 	}
 	if len(errs) > 0 {
 		return nil, errs

@@ -45,6 +45,22 @@ type Rule struct {
 	Tiers        map[string]Tier `yaml:"tiers" json:"tiers,omitempty"`
 	Shadow       bool            `yaml:"shadow" json:"shadow,omitempty"`
 	OnStoreError string          `yaml:"on_store_error" json:"on_store_error,omitempty"`
+	// Escalation, when set, penalizes callers that burst at the rule: see Escalation.
+	Escalation *Escalation `yaml:"escalation" json:"escalation,omitempty"`
+	// Adaptive "trust" scales the rule's limits by each caller's trust score (DESIGN.md,
+	// Abuse detection and escalation); empty for none.
+	Adaptive string `yaml:"adaptive" json:"adaptive,omitempty"`
+}
+
+// Escalation penalizes a caller (an API key, or a user of a tenant) that sends more than
+// Threshold requests to the rule within Window, denied ones included: the first time it is
+// warned for Penalty (its decisions under the rule are soft, with X-RateLimit-Warning); again
+// while warned, it is banned from the rule for Penalty. Windows are aligned to the epoch, so a
+// burst that straddles two windows is seen once it exceeds Threshold within one of them.
+type Escalation struct {
+	Window    Duration `yaml:"window" json:"window"`
+	Threshold int64    `yaml:"threshold" json:"threshold"`
+	Penalty   Duration `yaml:"penalty" json:"penalty"`
 }
 
 // Match filters the requests a rule applies to. Every filter given must match; a value may hold
@@ -78,7 +94,7 @@ type Override struct {
 	APIKey    string    `yaml:"api_key" json:"api_key,omitempty"` // a secret: compiled hashed
 	Endpoint  string    `yaml:"endpoint" json:"endpoint,omitempty"`
 	Rule      string    `yaml:"rule" json:"rule,omitempty"`   // empty: every rule
-	Type      string    `yaml:"type" json:"type"`             // ban, multiplier, custom
+	Type      string    `yaml:"type" json:"type"`             // ban, multiplier, custom, warn
 	Value     float64   `yaml:"value" json:"value,omitempty"` // multiplier; or a custom limit
 	Limit     int64     `yaml:"limit" json:"limit,omitempty"` // custom: 1 to algorithm.MaxLimit
 	Burst     int64     `yaml:"burst" json:"burst,omitempty"` // custom: 0 (= limit) to MaxLimit

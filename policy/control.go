@@ -55,7 +55,14 @@ func (e *SkippedError) Unwrap() error { return e.Err }
 //
 // Entries of st that do not compile are left out and returned as *SkippedError, so that one
 // bad entry never stops a node from following the rest of the control store.
-func CompileWith(f *Files, st *control.State, now time.Time) (*Snapshot, []error) {
+//
+// Rules with adaptive: trust get their limits scaled for every identity of st with a trust
+// score, lowered by the violation minutes that WithViolationMinutes reports.
+func CompileWith(f *Files, st *control.State, now time.Time, opts ...CompileOption) (*Snapshot, []error) {
+	var o compileOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var skipped []error
 	skip := func(kind, id string, err error) {
 		skipped = append(skipped, &SkippedError{Kind: kind, ID: id, Err: err})
@@ -114,6 +121,8 @@ func CompileWith(f *Files, st *control.State, now time.Time) (*Snapshot, []error
 			skip("identity", string(id.Kind)+"/"+id.Value, err)
 		}
 	}
+	b.trustScores(st.Identities, o.violationMinutes)
+	b.adapt()
 	b.finish()
 	s := b.s
 	s.envoy, s.filesVersion, s.controlVersion = f.envoy, f.Version, st.Version
@@ -166,9 +175,9 @@ var ruleDecodeOptions = jsonv2.JoinOptions(
 
 // ParseRule reads an API rule: body is the rule as JSON with the fields of the native YAML
 // (name, match, key, algorithm, limit, period, burst, soft, hard, tiers, shadow,
-// on_store_error). The name is name; a "name" in body must be the same. It validates the rule
-// as Compile validates a file's, and returns every mistake as a *FieldError naming the field
-// (joined with errors.Join).
+// on_store_error, escalation, adaptive). The name is name; a "name" in body must be the same.
+// It validates the rule as Compile validates a file's, and returns every mistake as a
+// *FieldError naming the field (joined with errors.Join).
 func ParseRule(name string, body []byte) (Rule, error) {
 	if !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
 		return Rule{}, &FieldError{Field: "rule", Msg: "must be a JSON object"}

@@ -22,6 +22,9 @@ type Limit struct {
 	Override *compiledOverride
 	// Banned is set when an override bans the target: the limit denies until BannedUntil.
 	Banned bool
+	// Warning is set when a warning override (escalation's first penalty) applies: the
+	// limit's allowed decisions are soft, with this as X-RateLimit-Warning.
+	Warning string
 
 	keyStart, keyEnd int32
 	specIndex        int32 // index+1 in Scratch.specs of an override's spec; 0 for none
@@ -56,7 +59,16 @@ type Scratch struct {
 	// ovs are the override lists whose target the request matches, most specific first:
 	// looked up once per Resolve, then read for each rule.
 	ovs [][]*compiledOverride
+	// level is the request's trust level (trustLevels.of), looked up for the first adaptive
+	// rule; levelUnknown before.
+	level int32
+	// warned is set when a limit of the last Resolve got a Warning: the next one clears
+	// them first. Most snapshots have no warnings, and their checks clear nothing.
+	warned bool
 }
+
+// levelUnknown marks Scratch.level not looked up yet.
+const levelUnknown = -2
 
 // appendIdentity is key.AppendIdentity with the API key's hash computed once per Resolve.
 func (sc *Scratch) appendIdentity(dst []byte, kind byte, v string) []byte {
@@ -102,7 +114,15 @@ func (s *Snapshot) ResolveNow(r *Request, clock func() time.Time, sc *Scratch) (
 
 // resolve is Resolve at now, or, when clock is set, at clock's time read on first need.
 func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc *Scratch) ([]Limit, time.Time) {
+	if sc.warned {
+		// The last Resolve gave limits a Warning; Limits are filled in place, field by field.
+		for i := range sc.Limits {
+			sc.Limits[i].Warning = ""
+		}
+		sc.warned = false
+	}
 	sc.Limits, sc.keys, sc.specs, sc.secret = sc.Limits[:0], sc.keys[:0], sc.specs[:0], sc.secret[:0]
+	sc.level = levelUnknown
 	sc.cands = s.index.candidates(r, sc.cands[:0])
 	// Most policies have no overrides: then sc.ovs is neither read nor written.
 	overrides := len(s.shapes) > 0
@@ -132,6 +152,9 @@ func (s *Snapshot) resolve(r *Request, now time.Time, clock func() time.Time, sc
 		l := &sc.Limits[n]
 		l.Rule, l.Spec, l.Params, l.Key, l.Override, l.Banned = rule, rule.spec(r.Tier), nil, nil, nil, false
 		l.keyStart, l.specIndex = int32(len(sc.keys)), 0
+		if rule.adaptive {
+			s.adapt(l, r, sc)
+		}
 		if overrides && len(sc.ovs) > 0 {
 			if clock != nil {
 				now, clock = clock(), nil
@@ -221,12 +244,23 @@ func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash fu
 
 // findOverride returns the live override for rule from lists, the lists matchOverrides found
 // for a request: the most specific target that has one (see shape.moreSpecific), and at one
-// target an override naming rule before one for every rule, then the first listed.
+// target an override naming rule before one for every rule, then the first listed. Warnings
+// are not among them: see findWarning.
 func findOverride(lists [][]*compiledOverride, rule string, now time.Time) *compiledOverride {
+	return find(lists, rule, now, false)
+}
+
+// findWarning is findOverride for warning overrides alone. A warning changes no limit, so it
+// is found apart: a user's warning must not hide its tenant's multiplier.
+func findWarning(lists [][]*compiledOverride, rule string, now time.Time) *compiledOverride {
+	return find(lists, rule, now, true)
+}
+
+func find(lists [][]*compiledOverride, rule string, now time.Time, warning bool) *compiledOverride {
 	for _, list := range lists {
 		var general *compiledOverride
 		for _, o := range list {
-			if !now.Before(o.expiresAt) {
+			if (o.kind == overrideWarn) != warning || !now.Before(o.expiresAt) {
 				continue
 			}
 			if o.rule == rule && rule != "" {
@@ -244,6 +278,11 @@ func findOverride(lists [][]*compiledOverride, rule string, now time.Time) *comp
 }
 
 func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time.Time, sc *Scratch) {
+	if s.warns {
+		if w := findWarning(lists, l.Rule.Name, now); w != nil {
+			l.Warning, sc.warned = w.warning, true
+		}
+	}
 	o := findOverride(lists, l.Rule.Name, now)
 	if o == nil {
 		return

@@ -22,7 +22,15 @@ type Op struct {
 	// Shadow ops are decided and reported but never deny the batch; a denied shadow op
 	// consumes nothing.
 	Shadow bool
+	// Counter ops count requests rather than limit them (escalation's burst counters,
+	// docs/architecture.md, Escalation): like shadow ops they never deny the batch, but what
+	// one allows it consumes whatever the other ops decide, so a denied request is counted
+	// too. A counter op's key is its own: no other op of the batch names it.
+	Counter bool
 }
+
+// Binding reports whether op's denial denies its batch: it is neither a shadow nor a counter.
+func (op *Op) Binding() bool { return !op.Shadow && !op.Counter }
 
 // Batch is the limits of one request, decided at one instant of the store's clock.
 type Batch struct {
@@ -73,7 +81,7 @@ type Fingerprint [16]byte
 const fingerprintVersion = "sluice-idem-v1"
 
 // FingerprintOf returns the fingerprint of ops: each op's key, effective parameters
-// (algorithm, limit, burst, period), cost and shadow flag, in order. It is stable across
+// (algorithm, limit, burst, period), cost and shadow and counter flags, in order. It is stable across
 // processes, nodes and restarts (the records it binds live in Redis and in snapshots). scratch
 // is returned grown, for reuse: a caller that keeps it hashes without allocating.
 //
@@ -90,6 +98,9 @@ func FingerprintOf(ops []Op, scratch []byte) (Fingerprint, []byte) {
 		shadow := byte(0)
 		if op.Shadow {
 			shadow = 1
+		}
+		if op.Counter {
+			shadow |= 2
 		}
 		buf = append(buf, byte(op.Params.Kind), shadow)
 		buf = binary.AppendVarint(buf, op.Params.Limit)

@@ -82,7 +82,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	cf.String("api-key", "", "target API key")
 	cf.String("endpoint", "", "target endpoint (no wildcards)")
 	cf.String("rule", "", "only this rule (default: every rule)")
-	cf.String("type", "", "ban, multiplier or custom")
+	cf.String("type", "", "ban, multiplier, custom or warn")
 	cf.Float64("value", 0, "multiplier: the factor on limit and burst, such as 0.1 or 2")
 	cf.Int64("limit", 0, "custom: the limit that replaces the rule's")
 	cf.Int64("burst", 0, "custom: the burst that replaces the rule's")

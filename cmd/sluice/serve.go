@@ -220,7 +220,12 @@ func serve(ctx context.Context, c serveConfig) error {
 			st = hk
 		}
 	}
-	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError)}
+	esc, err := newEscalator(ctrl, reg, log)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError), sluice.WithBurstHook(esc.Report)}
 	if c.shadow {
 		opts = append(opts, sluice.WithShadow())
 	}
@@ -280,6 +285,8 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer ab.Close()
+	esc.Start(ctx, rt.Sync)
+	defer esc.Close()
 
 	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
 	if err != nil {

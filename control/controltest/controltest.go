@@ -87,6 +87,7 @@ func Run(t *testing.T, h Harness) {
 		{"Overrides", testOverrides},
 		{"OverrideConflict", testOverrideConflict},
 		{"OverrideInvalid", testOverrideInvalid},
+		{"Escalation", testEscalation},
 		{"Exemptions", testExemptions},
 		{"Identities", testIdentities},
 		{"Tokens", testTokens},

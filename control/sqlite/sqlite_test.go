@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/controltest"
@@ -74,8 +75,8 @@ func TestFileLayout(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 2 {
-		t.Errorf("schema_migrations has %d rows, %v; want 2", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
+		t.Errorf("schema_migrations has %d rows, %v; want 3", n, err)
 	}
 	for _, table := range []string{"usage_minutes", "violation_minutes", "leases"} {
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
@@ -120,5 +121,74 @@ func TestNewerSchema(t *testing.T) {
 	_, err = sqlite.Open(context.Background(), path, control.Options{})
 	if err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("Open of a newer schema: %v, want an error saying it is newer", err)
+	}
+}
+
+// TestUpgradeToEscalation opens a database written at schema 2 (before escalation): migration
+// 3 rebuilds the overrides and audit tables to widen their CHECK constraints, keeping every
+// row, id, index and AUTOINCREMENT sequence, so that an id deleted before is never reused.
+func TestUpgradeToEscalation(t *testing.T) {
+	path := sqlite.Path(t.TempDir())
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	queries, err := os.ReadFile("sql/queries/migrations.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := strings.SplitN(strings.SplitN(string(queries), "-- name: MigrationTableCreate\n", 2)[1], ";", 2)[0]
+	exec(create)
+	for _, m := range []string{"0001_control", "0002_events"} {
+		ddl, err := os.ReadFile("sql/migrations/" + m + ".sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(string(ddl))
+		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
+	}
+	for i, tenant := range []string{"acme", "globex", "initech"} {
+		exec(`INSERT INTO overrides (target_key, tenant, type, value, expires_at, reason, source, created_by, created_at, version)
+			VALUES (?1, ?2, 'multiplier', 0.5, 4102444800000000, 'noisy', 'api', 'alice', 1, ?3)`, strings.Repeat(string(rune('a'+i)), 64), tenant, i+1)
+		exec(`INSERT INTO audit_events (at, actor, action, kind, target, reason, version) VALUES (1, 'alice', 'create', 'override', ?1, '', ?2)`, tenant, i+1)
+	}
+	exec("DELETE FROM overrides WHERE tenant = 'initech'")
+	exec("DELETE FROM audit_events WHERE target = 'initech'")
+	db.Close()
+
+	s := open(t, path, control.Options{})
+	ctx := t.Context()
+	got, err := s.ListOverrides(ctx, control.OverrideFilter{})
+	if err != nil || len(got) != 2 || got[0].ID != 1 || got[0].Tenant != "acme" || got[1].ID != 2 || got[1].Value != 0.5 {
+		t.Fatalf("overrides after the upgrade = %+v, %v", got, err)
+	}
+	warn, err := s.CreateOverride(ctx, control.Change{Actor: control.ActorAbuseDetector, Action: control.ActionBurstWarning},
+		control.Override{User: "bob", Rule: "search", Type: control.OverrideWarn, ExpiresAt: time.Now().Add(time.Hour), Reason: "burst", Source: control.SourceAutomatic})
+	if err != nil || warn.ID != 4 {
+		t.Fatalf("a warn override after the upgrade: id %d, %v; want id 4 (3 was deleted before)", warn.ID, err)
+	}
+	evs, err := s.Audit(ctx, control.AuditFilter{})
+	if err != nil || len(evs) != 3 || evs[0].ID != 4 || evs[0].Action != control.ActionBurstWarning || evs[2].Target != "acme" {
+		t.Fatalf("audit after the upgrade = %+v, %v; want the warning as event 4 over events 1 and 2", evs, err)
+	}
+	var indexes []string
+	rows, err := raw(t, path).Query("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' AND tbl_name IN ('overrides', 'audit_events') ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		indexes = append(indexes, n)
+	}
+	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target overrides_expires_at"; strings.Join(indexes, " ") != want {
+		t.Errorf("indexes = %v, want %s", indexes, want)
 	}
 }

@@ -193,10 +193,8 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) error {
 	}
 	f := control.AuditFilter{Since: since, Until: until, Actor: q.Get("actor"), Action: control.Action(q.Get("action")),
 		Kind: control.Kind(q.Get("kind")), Target: q.Get("target"), Limit: limit}
-	switch f.Action {
-	case "", control.ActionCreate, control.ActionUpdate, control.ActionDelete, control.ActionExpire:
-	default:
-		return &policy.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not create, update, delete or expire", f.Action)}
+	if f.Action != "" && !f.Action.Valid() {
+		return &policy.FieldError{Field: "action", Msg: fmt.Sprintf("%q is not create, update, delete, expire, burst_detected_warning or burst_detected_blocked", f.Action)}
 	}
 	switch f.Kind {
 	case "", control.KindRule, control.KindOverride, control.KindExemption, control.KindIdentity, control.KindToken,

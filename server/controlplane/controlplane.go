@@ -88,6 +88,9 @@ type Options struct {
 	AuditRetention      time.Duration
 	CountsRetention     time.Duration
 	NodeRetention       time.Duration
+	// TrustInterval is how often trusted identities' violation minutes are counted again
+	// (adaptive limits, trust.go).
+	TrustInterval time.Duration
 }
 
 // Runtime keeps a Limiter on the files and the control store compiled together. Its methods
@@ -108,6 +111,9 @@ type Runtime struct {
 	state   *control.State // nil until the store was read once
 	pending *filesEvent    // a files change not yet in the audit log
 	logged  int64          // the control version whose skipped entries were logged
+	// violations holds the violation minutes of trusted identities (trust.go), compiled
+	// into adaptive limits.
+	violations map[trustID]int
 
 	up      atomic.Bool
 	started atomic.Bool // the store answered or failed at least once
@@ -116,6 +122,7 @@ type Runtime struct {
 	swapped   chan struct{} // a swap happened: heartbeat now
 	expiry    chan struct{} // the snapshot's next expiry may have changed
 	auditNow  chan struct{} // a files change waits for its audit event
+	trustNow  chan struct{} // the identities may have changed: count violations again
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -154,7 +161,7 @@ func New(o Options) (*Runtime, error) {
 		{&o.PollInterval, DefaultPollInterval}, {&o.HeartbeatInterval, DefaultHeartbeatInterval},
 		{&o.MaintenanceInterval, DefaultMaintenanceInterval}, {&o.Timeout, DefaultTimeout},
 		{&o.AuditRetention, DefaultAuditRetention}, {&o.CountsRetention, DefaultCountsRetention},
-		{&o.NodeRetention, DefaultNodeRetention},
+		{&o.NodeRetention, DefaultNodeRetention}, {&o.TrustInterval, DefaultTrustInterval},
 	}
 	for _, d := range defaults {
 		if *d.v <= 0 {
@@ -164,6 +171,7 @@ func New(o Options) (*Runtime, error) {
 	r := &Runtime{
 		o: o, log: o.Logger, now: o.Now, files: o.Files,
 		swapped: make(chan struct{}, 1), expiry: make(chan struct{}, 1), auditNow: make(chan struct{}, 1),
+		trustNow: make(chan struct{}, 1),
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -194,10 +202,11 @@ func (r *Runtime) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.load(ctx, "start")
 	r.o.Metrics.ControlStoreUp(r.up.Load())
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go func() { defer r.wg.Done(); r.follow(ctx) }()
 	go func() { defer r.wg.Done(); r.heartbeats(ctx) }()
 	go func() { defer r.wg.Done(); r.maintenance(ctx) }()
+	go func() { defer r.wg.Done(); r.trust(ctx) }()
 }
 
 // Close stops the background work and waits for it. It does not close the store.
@@ -296,7 +305,7 @@ func notify(ch chan struct{}) {
 // compileLocked compiles the files with the state as of now and swaps the snapshot in.
 // r.mu is held.
 func (r *Runtime) compileLocked(why string) error {
-	snap, skipped := policy.CompileWith(r.files, r.state, r.now())
+	snap, skipped := policy.CompileWith(r.files, r.state, r.now(), policy.WithViolationMinutes(r.violationMinutes))
 	if r.state != nil && r.state.Version != r.logged {
 		r.logged = r.state.Version
 		for _, err := range skipped {
@@ -359,6 +368,7 @@ func (r *Runtime) load(ctx context.Context, why string) error {
 		return nil // same contents; expiries are the expiry timer's
 	}
 	r.state = st
+	notify(r.trustNow)
 	return r.compileLocked(why)
 }
 

@@ -231,7 +231,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Res
 	// Only an allowed decision is remembered: a retry after a denial's Retry-After must be
 	// decided afresh, and denials (cheap to provoke) must not fill memory for the TTL.
 	for i := range results {
-		if !results[i].Allowed && !b.Ops[i].Shadow {
+		if !results[i].Allowed && b.Ops[i].Binding() {
 			return false, nil
 		}
 	}
@@ -268,15 +268,16 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 		r := &results[i]
 		algorithm.DecideInto(op.Params, st, now, op.Cost, r)
 		if !r.Allowed {
-			allowed = allowed && op.Shadow
+			allowed = allowed && !op.Binding()
 			continue
 		}
 		if op.Cost > 0 {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling
-			// denies (the log's entries are shared with the entry; the rest is a copy).
+			// denies (the log's entries are shared with the entry; the rest is a copy). A
+			// counter counts whatever its siblings decide: its commit is never undone.
 			p.undo.Save(st)
+			p.commit = !op.Counter
 			idle := algorithm.Commit(op.Params, st, now, op.Cost)
-			p.commit = true
 			root := p
 			if p.alias >= 0 {
 				root = &ps[p.alias]
@@ -291,7 +292,11 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			}
 		}
 		// Allowed ops of a denied batch consumed nothing: report what they really have left.
+		// Counters did consume, and are written back.
 		for i := range ops {
+			if ops[i].Counter {
+				continue
+			}
 			if results[i].Allowed && ops[i].Cost > 0 {
 				r := algorithm.Decide(ops[i].Params, stateOf(ps, i), now, 0)
 				results[i].Remaining, results[i].ResetAfter, results[i].Delay = r.Remaining, r.ResetAfter, 0

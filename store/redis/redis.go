@@ -427,7 +427,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 				Allowed: v[0] == 1, Reason: algorithm.Reason(v[1]), Remaining: v[2],
 				ResetAfter: v[3], RetryAfter: v[4], Delay: v[5],
 			}
-			if !results[i].Allowed && !b.Ops[i].Shadow {
+			if !results[i].Allowed && b.Ops[i].Binding() {
 				denied = true
 			}
 		}
@@ -641,7 +641,7 @@ func (s *Store) group(b *store.Batch) []group {
 		g.ops = append(g.ops, i)
 		state := redisKey(op.Key)
 		g.keys = append(g.keys, state, state+":log")
-		g.args = s.appendParams(g.args, op.Params, op.Cost, op.Shadow)
+		g.args = s.appendParams(g.args, op)
 	}
 	return gs
 }
@@ -716,12 +716,16 @@ func (s *Store) paramString(p *algorithm.Params) string {
 	return str
 }
 
-func (s *Store) appendParams(args []string, p *algorithm.Params, cost int64, shadow bool) []string {
-	sh := "0"
-	if shadow {
-		sh = "1"
+// appendParams appends op's three values of batch.lua's ARGV: parameters, cost and mode.
+func (s *Store) appendParams(args []string, op *store.Op) []string {
+	mode := "0"
+	switch {
+	case op.Counter:
+		mode = "2"
+	case op.Shadow:
+		mode = "1"
 	}
-	return append(args, s.paramString(p), strconv.FormatInt(cost, 10), sh)
+	return append(args, s.paramString(op.Params), strconv.FormatInt(op.Cost, 10), mode)
 }
 
 // refund gives back what the groups decided now consumed, when another group denied or the
@@ -737,7 +741,7 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 		g := &groups[gi]
 		ok := fresh[gi]
 		for _, i := range g.ops {
-			if !results[i].Allowed && !b.Ops[i].Shadow {
+			if !results[i].Allowed && b.Ops[i].Binding() {
 				ok = false
 			}
 		}
@@ -746,14 +750,13 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 		}
 		var keys, args []string
 		for _, i := range g.ops {
-			op := &b.Ops[i]
-			cost := int64(0)
-			if results[i].Allowed {
-				cost = op.Cost
+			op := b.Ops[i] // a copy: its cost becomes what to give back
+			if !results[i].Allowed || op.Counter {
+				op.Cost = 0 // a counter keeps what it counted, whatever the request's fate
 			}
 			state := redisKey(op.Key)
 			keys = append(keys, state, state+":log")
-			args = s.appendParams(args, op.Params, cost, op.Shadow)
+			args = s.appendParams(args, &op)
 		}
 		if g.record != "" {
 			keys = append(keys, g.record)
@@ -775,7 +778,7 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 			return fmt.Errorf("%w: redis refund: %w", store.ErrUnavailable, err)
 		}
 		for j, i := range groups[committed[x]].ops {
-			if results[i].Allowed && b.Ops[i].Cost > 0 && len(vals) >= 2*(j+1) {
+			if results[i].Allowed && b.Ops[i].Cost > 0 && !b.Ops[i].Counter && len(vals) >= 2*(j+1) {
 				results[i].Remaining, results[i].ResetAfter, results[i].Delay = vals[2*j], vals[2*j+1], 0
 			}
 		}

@@ -46,6 +46,8 @@ func connect(t testing.TB, url string, c *clock, opts ...Option) *Store {
 type limit struct {
 	key    []byte
 	params algorithm.Params
+	// counter is the key of the limit's counter ops (store.Op.Counter), apart from key.
+	counter []byte
 }
 
 func limits(t testing.TB) []limit {
@@ -65,7 +67,11 @@ func limits(t testing.TB) []limit {
 			if j%2 == 0 {
 				k = key.AppendTag(k, 'u', fmt.Sprint("user", i%3))
 			}
-			ls = append(ls, limit{key: k, params: p})
+			counter := key.AppendHead(nil, fmt.Sprintf("rule%d-%d", i, j), "!burst")
+			if j%2 == 0 {
+				counter = key.AppendTag(counter, 'u', fmt.Sprint("user", i%3))
+			}
+			ls = append(ls, limit{key: k, params: p, counter: counter})
 		}
 	}
 	return ls
@@ -96,6 +102,11 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 		}
 		randomOp := func() store.Op {
 			l := &ls[rng.IntN(len(ls))]
+			if rng.IntN(6) == 0 {
+				// A counter (escalation's burst counter) has a key no other kind of op
+				// uses, and counts even in batches that another op denies.
+				return store.Op{Key: l.counter, Params: &l.params, Cost: rng.Int64N(3), Counter: true}
+			}
 			return store.Op{Key: l.key, Params: &l.params, Cost: rng.Int64N(6), Shadow: rng.IntN(8) == 0}
 		}
 		var b store.Batch
@@ -149,8 +160,8 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 		for i := range want {
 			if got[i] != want[i] {
 				op := b.Ops[i]
-				t.Fatalf("step %d op %d (%s %d/%dµs burst %d, cost %d, shadow %v, key %s):\n redis  %+v\n memory %+v",
-					step, i, op.Params.Kind, op.Params.Limit, op.Params.Period, op.Params.Burst, op.Cost, op.Shadow, op.Key, got[i], want[i])
+				t.Fatalf("step %d op %d (%s %d/%dµs burst %d, cost %d, shadow %v, counter %v, key %s):\n redis  %+v\n memory %+v",
+					step, i, op.Params.Kind, op.Params.Limit, op.Params.Period, op.Params.Burst, op.Cost, op.Shadow, op.Counter, op.Key, got[i], want[i])
 			}
 		}
 	}
@@ -177,6 +188,52 @@ func TestSameDecisionsAsMemory(t *testing.T) {
 			differential(t, st, c, 3000, 1, true)
 		})
 	}
+}
+
+// checkCounter checks store.Op.Counter on st: a counter op counts every request of its
+// batches, those another op denies included, never denies one, and is not given back by a
+// refund; its siblings stay all or nothing. Its key is on another slot than the limit's, so a
+// Cluster decides them in two groups.
+func checkCounter(t *testing.T, st store.Store, name string) {
+	t.Helper()
+	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Hour)
+	three, _ := algorithm.NewParams(algorithm.FixedWindow, 3, 0, time.Hour)
+	limitKey := key.AppendHead(nil, "counted-"+name, "1")
+	counterKey := key.AppendTag(key.AppendHead(nil, "counted-"+name, "!burst"), 'u', "ann")
+	batch := &store.Batch{Ops: []store.Op{
+		{Key: limitKey, Params: &one, Cost: 1},
+		{Key: counterKey, Params: &three, Cost: 1, Counter: true},
+	}}
+	res := make([]algorithm.Result, 2)
+	for i, want := range []struct {
+		allowed, counted bool
+		left             int64
+	}{{true, true, 2}, {false, true, 1}, {false, true, 0}, {false, false, 0}, {false, false, 0}} {
+		if _, err := st.Apply(ctx, batch, res); err != nil {
+			t.Fatalf("%s: request %d: %v", name, i, err)
+		}
+		if res[0].Allowed != want.allowed || res[1].Allowed != want.counted || res[1].Remaining != want.left {
+			t.Fatalf("%s: request %d: limit allowed %v, counter allowed %v remaining %d; want %v, %v, %d",
+				name, i, res[0].Allowed, res[1].Allowed, res[1].Remaining, want.allowed, want.counted, want.left)
+		}
+	}
+	// The limit itself was consumed once: the counter's counting took nothing from it.
+	if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: limitKey, Params: &one}}}, res[:1]); err != nil || res[0].Remaining != 0 {
+		t.Fatalf("%s: the limit has %d left (%v), want 0", name, res[0].Remaining, err)
+	}
+}
+
+// TestCounterOps runs checkCounter on the memory store and on a Redis server, as functions and
+// as scripts (the Cluster's run is in TestClusterAllOrNothing).
+func TestCounterOps(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	mem := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
+	defer mem.Close()
+	checkCounter(t, mem, "memory")
+	srv := redistest.Start(t)
+	checkCounter(t, connect(t, "redis://"+srv.Addr, c), "functions")
+	checkCounter(t, connect(t, "redis://"+srv.Addr, c, WithScripts()), "scripts")
 }
 
 // TestFunctionLibraryReloads flushes the library under a running store: the next call loads
@@ -241,6 +298,7 @@ func TestClusterAllOrNothing(t *testing.T) {
 	if res[0].Remaining != 98 || res[1].Remaining != 98 {
 		t.Fatalf("after 2 allowed and 2 denied requests: remaining %d and %d, want 98 and 98 (denials refunded)", res[0].Remaining, res[1].Remaining)
 	}
+	checkCounter(t, st, "cluster")
 	// And the cluster decides like the memory store, refunds and idempotency included: a
 	// key's records are per slot, and its own slot catches a reuse wherever the limits live.
 	differential(t, st, c, 1500, 2, true)

@@ -275,10 +275,13 @@ func (s *Store) change(ctx context.Context, ch control.Change, fn func(t *tx) er
 	return t.version, nil
 }
 
-// audit writes the event of this change.
+// audit writes the event of this change; the change's own Action, when it has one, names it.
 func (t *tx) audit(kind control.Kind, action control.Action, target string, before, after any, reason string) error {
 	if t.ch.Reason != "" {
 		reason = t.ch.Reason
+	}
+	if t.ch.Action != "" {
+		action = t.ch.Action
 	}
 	enc := func(v any) (any, error) {
 		if v == nil {
@@ -477,21 +480,29 @@ func (s *Store) CreateOverride(ctx context.Context, ch control.Change, o control
 		if !o.ExpiresAt.After(t.now) {
 			return &control.InvalidError{Field: "expires_at", Msg: "must be in the future"}
 		}
-		if ch.IfMatch != "" {
-			return control.ErrPreconditionFailed // a new override has no ETag to match
-		}
 		key := targetKey(o)
 		old, err := one(ctx, t.tx, s.q["OverrideGetByTarget"], scanOverride, key)
+		live := err == nil && old.ExpiresAt.After(t.now)
+		var replaced any // the override o replaces (If-Match), for the audit event
 		switch {
-		case err == nil && old.ExpiresAt.After(t.now):
+		case err != nil && !errors.Is(err, control.ErrNotFound):
+			return err
+		case ch.IfMatch != "":
+			// A replacement: the target's live override, at the version the caller saw.
+			if err := ifMatch(ch.IfMatch, live, old.Version); err != nil {
+				return err
+			}
+			if _, err := t.tx.ExecContext(ctx, s.q["OverrideDelete"], old.ID); err != nil {
+				return err
+			}
+			replaced = old
+		case live:
 			return fmt.Errorf("%w: override %d has the same target", control.ErrConflict, old.ID)
 		case err == nil:
 			// Expired but not collected yet: collect it now, or it would block its successor.
 			if err := t.expireOverride(old); err != nil {
 				return err
 			}
-		case !errors.Is(err, control.ErrNotFound):
-			return err
 		}
 		o.CreatedBy, o.CreatedAt, o.Version = ch.Actor, t.now, t.version
 		if err := t.tx.QueryRowContext(ctx, s.q["OverrideInsert"], key, o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule,
@@ -499,7 +510,11 @@ func (s *Store) CreateOverride(ctx context.Context, ch control.Change, o control
 			o.CreatedBy, s.d.Time(o.CreatedAt), o.Version).Scan(&o.ID); err != nil {
 			return err
 		}
-		return t.audit(control.KindOverride, control.ActionCreate, strconv.FormatInt(o.ID, 10), nil, o, o.Reason)
+		action := control.ActionCreate
+		if replaced != nil {
+			action = control.ActionUpdate
+		}
+		return t.audit(control.KindOverride, action, strconv.FormatInt(o.ID, 10), replaced, o, o.Reason)
 	})
 	if err != nil {
 		return control.Override{}, fmt.Errorf("create override: %w", err)

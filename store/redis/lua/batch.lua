@@ -7,8 +7,9 @@
 --       (sliding_window_log only); then, when ARGV[2] > 0, the idempotency record.
 -- ARGV: [1] now in µs, or '' to read Redis TIME (the default, so Sluice nodes' clocks do not
 --       matter); [2] idempotency TTL in ms, 0 for none; [3] n, the number of ops; then 3 values
---       per op: its parameters (see parse_params), its cost, shadow (0/1); then, when
---       ARGV[2] > 0, the request's fingerprint (hex).
+--       per op: its parameters (see parse_params), its cost, its mode (0 binding, 1 shadow,
+--       2 counter: never denies, and keeps what it allowed whatever the others decide); then,
+--       when ARGV[2] > 0, the request's fingerprint (hex).
 -- Reply: {replayed, now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
 --        replayed is 0 (decided now), 1 (the record's answer) or 2 (the record holds another
 --        fingerprint: the key was reused for another request; nothing decided, no op values).
@@ -49,7 +50,7 @@ local function batch(KEYS, ARGV)
 
   -- Ops on one key share one state, so a later op sees an earlier op's commit. Per op, values
   -- go in arrays rather than in a table of their own: creating tables is most of a call's cost.
-  local states, params, st, costs, idles, results = {}, {}, {}, {}, {}, {}
+  local states, params, st, costs, idles, results, counters = {}, {}, {}, {}, {}, {}, {}
   -- What each commit changed, for a sibling's denial to undo: UNDO_WIDTH values per op in one
   -- flat array (t, v, w, log length, last entry's cost or false, last_changed). A lone op has
   -- no sibling to deny it, so it never undoes.
@@ -68,11 +69,13 @@ local function batch(KEYS, ARGV)
     end
     local alg = algorithms[p.kind]
     local r = alg.decide(p, s, now, cost)
-    params[i], st[i], costs[i], results[i] = p, s, cost, r
+    local mode = ARGV[b + 3]
+    params[i], st[i], costs[i], results[i], counters[i] = p, s, cost, r, mode == '2'
     if not r.allowed then
-      if ARGV[b + 3] ~= '1' then denied = true end
+      if mode == '0' then denied = true end
     elseif cost > 0 then
-      if undo then
+      -- A counter counts whatever its siblings decide: it keeps no undo record.
+      if undo and mode ~= '2' then
         local u, last = (i - 1) * UNDO_WIDTH, false
         if #s.log >= s.head then last = s.log[#s.log][2] end
         undo[u + 1], undo[u + 2], undo[u + 3] = s.t, s.v, s.w
@@ -95,35 +98,35 @@ local function batch(KEYS, ARGV)
       end
     end
     -- Allowed ops of a denied batch consumed nothing: report what they really have left.
+    -- Counters did consume, and their states stay dirty: they are written below.
     for i = 1, n do
-      if results[i].allowed and costs[i] > 0 then
+      if results[i].allowed and costs[i] > 0 and not counters[i] then
         local r = algorithms[params[i].kind].decide(params[i], st[i], now, 0)
         results[i].remaining, results[i].reset, results[i].delay = r.remaining, r.reset, 0
       end
     end
-  else
-    for i = 1, n do
-      if idles[i] then st[i].idle = imax(st[i].idle, idles[i]) end
-    end
-    -- Write each changed state once (ops on one key share it). Keys expire when the state is
-    -- as good as fresh.
-    for i = 1, n do
-      local s = st[i]
-      if s.dirty then
-        s.dirty = false
-        local expire_ms = fmt(ceil_div(s.idle, 1000))
-        save_state(s, expire_ms)
-        if s.kind == SLIDING_WINDOW_LOG then
-          if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
-          if s.last_changed then
-            local e = s.log[s.loaded]
-            redis.call('LSET', s.log_key, s.loaded - s.head, fmt(e[1]) .. ':' .. fmt(e[2]))
-          end
-          for j = imax(s.loaded + 1, s.head), #s.log do
-            redis.call('RPUSH', s.log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
-          end
-          redis.call('PEXPIREAT', s.log_key, expire_ms)
+  end
+  for i = 1, n do
+    if idles[i] and (counters[i] or not denied) then st[i].idle = imax(st[i].idle, idles[i]) end
+  end
+  -- Write each changed state once (ops on one key share it). Keys expire when the state is
+  -- as good as fresh.
+  for i = 1, n do
+    local s = st[i]
+    if s.dirty then
+      s.dirty = false
+      local expire_ms = fmt(ceil_div(s.idle, 1000))
+      save_state(s, expire_ms)
+      if s.kind == SLIDING_WINDOW_LOG then
+        if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
+        if s.last_changed then
+          local e = s.log[s.loaded]
+          redis.call('LSET', s.log_key, s.loaded - s.head, fmt(e[1]) .. ':' .. fmt(e[2]))
         end
+        for j = imax(s.loaded + 1, s.head), #s.log do
+          redis.call('RPUSH', s.log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
+        end
+        redis.call('PEXPIREAT', s.log_key, expire_ms)
       end
     end
   end

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -220,7 +221,14 @@ func serve(ctx context.Context, c serveConfig) error {
 			st = hk
 		}
 	}
-	esc, err := newEscalator(ctrl, reg, log)
+	// Escalation's penalties count in sluice_overrides_applied_total, whose metrics the abuse
+	// runtime registers once the listeners are up; the escalator writes none before Start.
+	var abuseMetrics atomic.Pointer[abuseRuntime]
+	esc, err := newEscalator(ctrl, reg, log, func(o control.Override) {
+		if ab := abuseMetrics.Load(); ab != nil {
+			ab.m.OverrideApplied(o.Type, o.Source)
+		}
+	})
 	if err != nil {
 		st.Close()
 		return err
@@ -285,6 +293,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer ab.Close()
+	abuseMetrics.Store(ab)
 	esc.Start(ctx, rt.Sync)
 	defer esc.Close()
 

@@ -12,8 +12,9 @@ import (
 // newEscalator returns the node's escalation writer (rules' escalation: a burst warns, a burst
 // while warned bans), whose Report is the Limiter's burst hook, and exports the bursts it had
 // to drop as sluice_escalation_dropped_total.
-func newEscalator(ctrl control.Store, reg prometheus.Registerer, log *slog.Logger) (*escalation.Escalator, error) {
-	esc, err := escalation.New(escalation.Options{Store: ctrl, Logger: log})
+// applied, when set, counts each penalty written (sluice_overrides_applied_total).
+func newEscalator(ctrl control.Store, reg prometheus.Registerer, log *slog.Logger, applied func(control.Override)) (*escalation.Escalator, error) {
+	esc, err := escalation.New(escalation.Options{Store: ctrl, Logger: log, Applied: applied})
 	if err != nil {
 		return nil, err
 	}

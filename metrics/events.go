@@ -47,3 +47,24 @@ func (m *Metrics) WatchEvents(stats func() EventStats) {
 		}, func() float64 { return float64(stats().Queued) }),
 	)
 }
+
+// TenantThrottle returns the setter of sluice_tenant_throttle_ratio{tenant}: the share of
+// decisions that were denied or soft, every rule together, over the recorder's last flush, for
+// the tenants with the most throttled decisions on this node (at most events.TopTenants, so
+// the label stays bounded). Each call replaces the previous set.
+func (m *Metrics) TenantThrottle() func(map[string]float64) {
+	if m == nil {
+		return nil
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_tenant_throttle_ratio",
+		Help: "Share of this node's decisions for a tenant that were denied or soft over the last events flush, for its most throttled tenants (at most 20).",
+	}, []string{"tenant"})
+	m.reg.MustRegister(g)
+	return func(ratios map[string]float64) {
+		g.Reset()
+		for tenant, r := range ratios {
+			g.WithLabelValues(tenant).Set(r)
+		}
+	}
+}

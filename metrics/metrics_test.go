@@ -44,3 +44,27 @@ func counterValue(t *testing.T, reg *prometheus.Registry, api string) float64 {
 	}
 	return 0
 }
+
+func TestTenantThrottleReplacesTheSet(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	set := metrics.New(reg, "memory").TenantThrottle()
+	set(map[string]float64{"a": 0.5, "b": 0.25})
+	set(map[string]float64{"b": 0.75})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "sluice_tenant_throttle_ratio" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != 1 || got["b"] != 0.75 {
+		t.Fatalf("sluice_tenant_throttle_ratio = %v, want only b = 0.75 (the last set replaces the earlier)", got)
+	}
+}

@@ -33,7 +33,7 @@ func startEvents(c eventsConfig, ctrl control.Store, m *metrics.Metrics, log *sl
 	if c.queue < 1 {
 		return nil, fmt.Errorf("--events-queue: %d: must be at least 1", c.queue)
 	}
-	rec, err := events.New(events.Options{Store: ctrl, Flush: c.flush, Queue: c.queue, Logger: log})
+	rec, err := events.New(events.Options{Store: ctrl, Flush: c.flush, Queue: c.queue, Logger: log, TenantThrottle: m.TenantThrottle()})
 	if err != nil {
 		return nil, err
 	}

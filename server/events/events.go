@@ -93,7 +93,15 @@ type Options struct {
 	// Now stamps each event's minute; time.Now when nil. Tests inject a clock.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// TenantThrottle, when set, is called by the writer with each hand-over's throttle ratio
+	// (denied and soft over all decisions, every rule together) of the TopTenants tenants with
+	// the most throttled decisions in it: bounded, so a metric labelled by tenant stays small
+	// however many tenants there are.
+	TenantThrottle func(map[string]float64)
 }
+
+// TopTenants bounds the tenants Options.TenantThrottle reports.
+const TopTenants = 20
 
 // outcome is what one limit decided, exclusive: allowed, soft or denied.
 type outcome uint8

@@ -1,10 +1,12 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -190,6 +192,9 @@ func (r *Recorder) write() {
 	defer close(r.wDone)
 	var pending *counts
 	for h := range r.handoff {
+		if r.o.TenantThrottle != nil {
+			r.o.TenantThrottle(tenantThrottle(h.c, TopTenants))
+		}
 		if pending == nil {
 			pending = h.c
 		} else {
@@ -277,4 +282,41 @@ func storable(s string, max int) string {
 	b.WriteByte('~')
 	b.WriteString(hex.EncodeToString(sum[:8]))
 	return b.String()
+}
+
+// tenantThrottle returns the throttle ratio (denied and soft over all decisions, every rule
+// together) of the top tenants by throttled decisions in c; requests with no tenant are left
+// out, as are tenants nothing was throttled for.
+func tenantThrottle(c *counts, top int) map[string]float64 {
+	type sums struct{ throttled, total int64 }
+	by := map[string]*sums{}
+	for k, v := range c.usage {
+		if k.tenant == "" {
+			continue
+		}
+		s := by[k.tenant]
+		if s == nil {
+			s = &sums{}
+			by[k.tenant] = s
+		}
+		s.throttled += v.denied + v.soft
+		s.total += v.allowed + v.denied + v.soft
+	}
+	names := make([]string, 0, len(by))
+	for t, s := range by {
+		if s.throttled > 0 {
+			names = append(names, t)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(by[b].throttled, by[a].throttled); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	out := make(map[string]float64, min(top, len(names)))
+	for _, t := range names[:min(top, len(names))] {
+		out[t] = float64(by[t].throttled) / float64(by[t].total)
+	}
+	return out
 }

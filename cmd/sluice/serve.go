@@ -72,6 +72,7 @@ type serveConfig struct {
 	tls              tlsFlags
 	statsd           statsdFlags
 	abuse            abuseFlags
+	tracing          tracingFlags
 	shadow           bool
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
 	events           eventsConfig
@@ -132,6 +133,7 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
 	c.tls.register(cmd)
 	c.statsd.register(f)
+	c.tracing.register(f)
 	addAbuseFlags(f, &c.abuse)
 	eventFlags(f, &c.events)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
@@ -204,10 +206,16 @@ func serve(ctx context.Context, c serveConfig) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp, stopTracing, err := startTracing(ctx, c.tracing, tracingNode(c), reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the drain below, so the last decisions' spans are sent
 	st, storeName, err := openStore(ctx, c, log)
 	if err != nil {
 		return err
 	}
+	tracer := newTracer(tp, storeName)
 	m := metrics.New(reg, storeName)
 	if storeName != "memory" {
 		m.BreakerState("closed")
@@ -240,9 +248,9 @@ func serve(ctx context.Context, c serveConfig) error {
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.
-		opts = append(opts, sluice.WithFallback(memory.New(memory.WithLogger(log))), sluice.WithLocalShare(c.fleetSize))
+		opts = append(opts, sluice.WithFallback(tracer.Fallback(memory.New(memory.WithLogger(log)))), sluice.WithLocalShare(c.fleetSize))
 	}
-	lim, err := sluice.New(st, snap, opts...)
+	lim, err := sluice.New(tracer.Store(st, storeName), snap, opts...)
 	if err != nil {
 		st.Close()
 		return err
@@ -316,6 +324,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		ResetAuth:    func(h http.Handler) http.Handler { return adminHandler.RequireRole(control.RoleWrite, h) },
 		MaxBodyBytes: c.maxBody,
 		Events:       rec,
+		Tracer:       tracer,
 		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Ready: []httpapi.ReadyCheck{
 			{Name: "store", Check: storeCheck(st)},
@@ -334,7 +343,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	mux := http.NewServeMux()
 	// Envoy's reference service's HTTP endpoints, so its deployments' probes and tools work.
 	rlsOpts := rlsOptions(c)
-	rlsOpts.Events = rec
+	rlsOpts.Events, rlsOpts.Tracer = rec, tracer
 	rlsSrv := rls.New(lim, m, rlsOpts)
 	var healthcheck rls.Healthcheck
 	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
@@ -365,7 +374,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		// so the pool must cover the calls in flight, which on Redis wait for the store.
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
 	)
-	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec)).Register(grpcSrv)
+	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec), grpcapi.WithTracer(tracer)).Register(grpcSrv)
 	rlsSrv.Register(grpcSrv)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/events"
+	"github.com/sluicehq/sluice/server/tracing"
 )
 
 // api labels this server's metrics.
@@ -39,6 +40,8 @@ type Server struct {
 	resetAuth func(ctx context.Context) error
 	// events counts the decisions of checks (WithEvents); nil counts nothing.
 	events *events.Recorder
+	// tracer gives every Check and GetQuota a span (WithTracer); nil traces nothing.
+	tracer *tracing.Tracer
 }
 
 // Option configures a Server.
@@ -55,6 +58,12 @@ func WithResetAuth(auth func(ctx context.Context) error) Option {
 // violations log and usage history.
 func WithEvents(rec *events.Recorder) Option {
 	return func(s *Server) { s.events = rec }
+}
+
+// WithTracer gives every Check and GetQuota a span from t, its parent taken from the call's
+// traceparent metadata.
+func WithTracer(t *tracing.Tracer) Option {
+	return func(s *Server) { s.tracer = t }
 }
 
 var _ sluicev1.RateLimiterServer = (*Server)(nil)
@@ -81,18 +90,25 @@ func (s *Server) Register(gs *grpc.Server) {
 // Check decides the request and consumes its cost (absent: 1; 0 looks without consuming).
 func (s *Server) Check(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
 	start := time.Now()
+	var sp *tracing.Span
+	if s.tracer != nil {
+		ctx, sp = s.tracer.StartGRPC(ctx, api, tracing.CheckSpan)
+	}
 	var r policy.Request
 	look, err := requestOf(in, &r)
 	if err != nil {
+		sp.EndCheck(nil, nil, err)
 		return nil, s.fail(err)
 	}
 	d := s.decisions.Get().(*sluice.Decision)
 	defer s.decisions.Put(d)
 	if look {
+		sp.Look()
 		err = s.l.Quota(ctx, &r, d)
 	} else {
 		err = s.l.Check(ctx, &r, d)
 	}
+	sp.EndCheck(&r, d, err)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -107,13 +123,20 @@ func (s *Server) Check(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev
 // not used, but a bad cost is still an error so that a caller learns of it.
 func (s *Server) GetQuota(ctx context.Context, in *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
 	start := time.Now()
+	var sp *tracing.Span
+	if s.tracer != nil {
+		ctx, sp = s.tracer.StartGRPC(ctx, api, tracing.QuotaSpan)
+	}
 	var r policy.Request
 	if _, err := requestOf(in, &r); err != nil {
+		sp.EndCheck(nil, nil, err)
 		return nil, s.fail(err)
 	}
 	d := s.decisions.Get().(*sluice.Decision)
 	defer s.decisions.Put(d)
-	if err := s.l.Quota(ctx, &r, d); err != nil {
+	err := s.l.Quota(ctx, &r, d)
+	sp.EndCheck(&r, d, err)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.m.ObserveCheck(api, d, time.Since(start))

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/events"
+	"github.com/sluicehq/sluice/server/tracing"
 )
 
 // DefaultMaxBody caps request bodies: a check is a few hundred bytes.
@@ -47,6 +48,9 @@ type Options struct {
 	// Events, when set, counts every check's decision (not looks) for the violations log and
 	// usage history.
 	Events *events.Recorder
+	// Tracer, when set, gives every check and quota a span, its parent taken from the
+	// request's traceparent header; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // DefaultReadyTimeout bounds a readiness answer: below the 1 s a Kubernetes probe waits by
@@ -274,9 +278,19 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, sc *scratch) err
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
 	start := time.Now()
+	ctx := r.Context()
+	var sp *tracing.Span
+	if s.opts.Tracer != nil {
+		name := tracing.CheckSpan
+		if quota {
+			name = tracing.QuotaSpan
+		}
+		ctx, sp = s.opts.Tracer.StartHTTP(ctx, r.Header, "http", name)
+	}
 	sc := s.buffers.Get().(*scratch)
 	defer s.buffers.Put(sc)
 	if err := s.decode(w, r, sc); err != nil {
+		sp.EndCheck(nil, nil, err)
 		s.fail(w, err)
 		return
 	}
@@ -284,10 +298,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
 	var err error
 	look := quota || (sc.req.Cost.set && sc.req.Cost.v == 0)
 	if look {
-		err = s.lim.Quota(r.Context(), &req, &sc.d)
+		sp.Look()
+		err = s.lim.Quota(ctx, &req, &sc.d)
 	} else {
-		err = s.lim.Check(r.Context(), &req, &sc.d)
+		err = s.lim.Check(ctx, &req, &sc.d)
 	}
+	sp.EndCheck(&req, &sc.d, err)
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/server/tracing"
 )
 
 // DefaultMaxJSONBody caps a /json request body, as the HTTP API caps its own: a
@@ -56,7 +58,8 @@ func (s *Server) JSONHandler(maxBody int64) http.Handler {
 			writeJSONError(w, http.StatusBadRequest, "RateLimitRequest: "+err.Error())
 			return
 		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		ctx, sp := s.o.Tracer.StartHTTP(r.Context(), r.Header, api, tracing.CheckSpan)
+		resp, err := s.decide(ctx, &req, sp)
 		if err != nil {
 			writeJSONError(w, httpStatus(err), status.Convert(err).Message())
 			return

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/policy/envoyconf"
 	"github.com/sluicehq/sluice/server/events"
+	"github.com/sluicehq/sluice/server/tracing"
 )
 
 // The reference service's default header names (its LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER
@@ -49,6 +50,9 @@ type Options struct {
 	// Events, when set, counts every decision (descriptors with hits_addend 0 are looks and
 	// are not counted) for the violations log and usage history.
 	Events *events.Recorder
+	// Tracer, when set, gives every decision a span, its parent taken from the traceparent
+	// of the call's gRPC metadata (or HTTP headers, for /json); nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Server implements RateLimitService/ShouldRateLimit over a Limiter. It is safe for
@@ -105,6 +109,15 @@ func (s *Server) put(c *call) {
 // ShouldRateLimit decides a request of Envoy's rate limit filter. Bad input (an empty domain,
 // no descriptors, an entry without a key) is InvalidArgument; nothing is consumed then.
 func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	var sp *tracing.Span
+	if s.o.Tracer != nil {
+		ctx, sp = s.o.Tracer.StartGRPC(ctx, api, tracing.CheckSpan)
+	}
+	return s.decide(ctx, in, sp)
+}
+
+// decide is ShouldRateLimit once the call's span, if any, is started; sp may be nil.
+func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest, sp *tracing.Span) (*rlsv3.RateLimitResponse, error) {
 	var start time.Time
 	if s.m != nil {
 		start = time.Now()
@@ -115,6 +128,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest
 	if err == nil {
 		err = s.l.CheckDescriptors(ctx, &c.req, &c.dec)
 	}
+	sp.EndDescriptors(&c.req, &c.dec, err)
 	if err != nil {
 		if errors.Is(err, policy.ErrInvalid) {
 			s.m.Rejected(api, "invalid")

@@ -221,7 +221,6 @@ func startTracing(ctx context.Context, t tracingFlags, node string, reg promethe
 		return nil, func() {}, err
 	}
 	s.cfg.Resource = []attribute.KeyValue{
-		attribute.String("service.name", "sluice"),
 		attribute.String("service.version", version),
 		attribute.String("service.instance.id", node),
 	}

@@ -103,6 +103,13 @@ func (r *Receiver) Spans() []Span {
 	return append([]Span(nil), r.spans...)
 }
 
+// Reset forgets the spans and exports received so far.
+func (r *Receiver) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans, r.exports = nil, 0
+}
+
 // Exports returns how many export calls arrived, empty ones included.
 func (r *Receiver) Exports() int {
 	r.mu.Lock()

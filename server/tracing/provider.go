@@ -35,8 +35,8 @@ type Config struct {
 	Sampler sdktrace.Sampler
 	// SampleRatio is used when Sampler is nil: 0 to 1.
 	SampleRatio float64
-	// Resource is added to the process's resource; OTEL_SERVICE_NAME and
-	// OTEL_RESOURCE_ATTRIBUTES win over it.
+	// Resource describes the process, after service.name "sluice" and before
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, which win over both.
 	Resource []attribute.KeyValue
 }
 
@@ -67,7 +67,7 @@ func NewProvider(ctx context.Context, c Config) (*sdktrace.TracerProvider, error
 		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 	}
 	// Later sources win: Sluice's defaults, then the standard variables.
-	res, err := resource.New(ctx, resource.WithAttributes(c.Resource...), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "sluice")), resource.WithAttributes(c.Resource...), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
 		exp.Shutdown(ctx)
 		return nil, fmt.Errorf("tracing: resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES): %w", err)

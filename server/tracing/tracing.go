@@ -47,6 +47,13 @@ type Tracer struct {
 	store string
 }
 
+// The options of every decision span and store span, built once: as variadic arguments
+// built per call they would cost two allocations a call, sampled or not.
+var (
+	serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientSpan = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 // New returns a Tracer whose spans come from tp and name storeName ("memory", "redis") as the
 // store that decides.
 func New(tp trace.TracerProvider, storeName string) *Tracer {
@@ -75,7 +82,7 @@ func (t *Tracer) StartHTTP(ctx context.Context, h http.Header, api, name string)
 	if t == nil {
 		return ctx, nil
 	}
-	return t.start(ctx, t.prop.Extract(ctx, propagation.HeaderCarrier(h)), api, name)
+	return t.start(ctx, t.prop.Extract(ctx, header(h)), api, name)
 }
 
 // StartGRPC is StartHTTP for a call served over gRPC: the parent comes from the incoming
@@ -88,7 +95,7 @@ func (t *Tracer) StartGRPC(ctx context.Context, api, name string) (context.Conte
 }
 
 func (t *Tracer) start(ctx, parent context.Context, api, name string) (context.Context, *Span) {
-	_, span := t.t.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer))
+	_, span := t.t.Start(parent, name, serverSpan...)
 	if !span.IsRecording() {
 		return ctx, nil // not sampled: nothing to fill in
 	}
@@ -318,7 +325,7 @@ func (s *tracedStore) Apply(ctx context.Context, b *store.Batch, res []algorithm
 	sp.storeTime += end.Sub(start)
 	sp.storeCalls++
 	sp.fallback = sp.fallback || s.fallback
-	_, child := s.t.t.Start(ctx, StoreSpan, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(start))
+	_, child := s.t.t.Start(ctx, StoreSpan, clientSpan, trace.WithTimestamp(start))
 	a := make([]attribute.KeyValue, 0, 6)
 	a = append(a, attrStore.String(s.name), attrStoreOps.Int(len(b.Ops)))
 	a = appendFlag(a, attrStoreFallback, s.fallback)
@@ -337,6 +344,30 @@ func (s *tracedStore) Apply(ctx context.Context, b *store.Batch, res []algorithm
 	child.End(trace.WithTimestamp(end))
 	return replayed, err
 }
+
+// header reads trace context from HTTP headers. The W3C names are looked up in their
+// canonical form directly: http.Header.Get would canonicalize them, one allocation a call.
+type header http.Header
+
+func (h header) Get(key string) string {
+	var v []string
+	switch key {
+	case "traceparent":
+		v = h["Traceparent"]
+	case "tracestate":
+		v = h["Tracestate"]
+	default:
+		return http.Header(h).Get(key)
+	}
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+func (header) Set(string, string) {} // extraction only
+
+func (h header) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
 
 // incoming reads trace context from a gRPC call's incoming metadata without copying all of it.
 type incoming struct{ ctx context.Context }

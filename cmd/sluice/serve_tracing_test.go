@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/oteltest"
 	"github.com/sluicehq/sluice/internal/testca"
+	"github.com/sluicehq/sluice/server/tracing"
 )
 
 // TestTracingResolve reads the flags and the standard variables as serve does: off by
@@ -94,6 +99,61 @@ func TestTracingResolve(t *testing.T) {
 			}
 			if s.cfg.Sampler == nil {
 				t.Error("no sampler")
+			}
+		})
+	}
+}
+
+// TestTracingOverMutualTLS exports to a collector that requires a client certificate from its
+// own CA: the flags' CA and certificate get the spans through; without the certificate the
+// collector refuses the connection and nothing arrives.
+func TestTracingOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := testca.New(t, "collector CA"), testca.New(t, "client CA")
+	srvPair := serverCA.Server(t, "collector")
+	cert, err := tls.X509KeyPair(srvPair.CertPEM, srvPair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := oteltest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: clientCA.Pool(), ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
+	caFile := serverCA.File(t, dir, "ca.pem")
+	certFile, keyFile := clientCA.Client(t, "sluice").Files(t, dir, "client")
+	noEnv := func(string) string { return "" }
+
+	for _, tc := range []struct {
+		name  string
+		flags tracingFlags
+		want  int
+	}{
+		{"no client certificate", tracingFlags{endpoint: recv.Addr, ca: caFile, ratio: "1"}, 0},
+		{"client certificate", tracingFlags{endpoint: recv.Addr, ca: caFile, cert: certFile, key: keyFile, ratio: "1"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recv.Reset()
+			s, on, err := tc.flags.resolve(noEnv)
+			if err != nil || !on {
+				t.Fatalf("resolve: %v, on %v", err, on)
+			}
+			tp, err := tracing.NewProvider(t.Context(), s.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, span := tp.Tracer("test").Start(t.Context(), "probe")
+			span.End()
+			// A refused export is retried until the deadline: keep that wait short.
+			wait := 10 * time.Second
+			if tc.want == 0 {
+				wait = time.Second
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), wait)
+			defer cancel()
+			flushErr := tp.ForceFlush(ctx)
+			tp.Shutdown(ctx)
+			if got := len(recv.Spans()); got != tc.want {
+				t.Fatalf("%d spans arrived, want %d (flush: %v)", got, tc.want, flushErr)
+			}
+			if tc.want == 0 && flushErr == nil {
+				t.Error("the export without a client certificate reported no error")
 			}
 		})
 	}

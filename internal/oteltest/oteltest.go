@@ -4,6 +4,7 @@ package oteltest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"net"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // Span is one received span with what tests ask of it flattened: ids in hex, attributes as
@@ -47,15 +49,26 @@ type Receiver struct {
 	arrived chan struct{} // closed and replaced on every export
 }
 
-// Start serves a Receiver on a free loopback port until the test ends.
+// Start serves a Receiver in plaintext on a free loopback port until the test ends.
 func Start(t testing.TB) *Receiver {
+	t.Helper()
+	return StartTLS(t, nil)
+}
+
+// StartTLS is Start over TLS with cfg (with ClientCAs and ClientAuth for mutual TLS); a nil
+// cfg serves plaintext.
+func StartTLS(t testing.TB, cfg *tls.Config) *Receiver {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &Receiver{Addr: ln.Addr().String(), arrived: make(chan struct{})}
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if cfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	gs := grpc.NewServer(opts...)
 	collectortrace.RegisterTraceServiceServer(gs, r)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(ln) }()

@@ -57,7 +57,7 @@ func TestChart(t *testing.T) {
 						t.Errorf("env %s = %+v, want %q", name, e, want)
 					}
 				}
-				for _, name := range []string{"SLUICE_STORE", "SLUICE_CONTROL", "SLUICE_TLS_CERT", "SLUICE_STATSD"} {
+				for _, name := range []string{"SLUICE_STORE", "SLUICE_CONTROL", "SLUICE_TLS_CERT", "SLUICE_STATSD", "SLUICE_OTLP_ENDPOINT", "SLUICE_TRACE_SAMPLE_RATIO"} {
 					if e := env(c, name); e != nil {
 						t.Errorf("env %s set by default: %+v", name, e)
 					}
@@ -221,6 +221,20 @@ statsd: {address: "statsd.monitoring:8125"}`,
 			},
 		},
 		{
+			name:   "tracing",
+			values: `tracing: {endpoint: "otel-collector.monitoring:4317", insecure: true, sampleRatio: 0.25}`,
+			check: func(t *testing.T, r *rendering) {
+				c := r.container(t)
+				for name, want := range map[string]string{
+					"SLUICE_OTLP_ENDPOINT": "otel-collector.monitoring:4317", "SLUICE_OTLP_INSECURE": "true", "SLUICE_TRACE_SAMPLE_RATIO": "0.25",
+				} {
+					if e := env(c, name); e == nil || e.Value != want {
+						t.Errorf("env %s = %+v, want %q", name, e, want)
+					}
+				}
+			},
+		},
+		{
 			name:   "TLS without client certificates",
 			values: `tls: {enabled: true, secretName: sluice-tls}`,
 			ext:    external{tlsSecret: "sluice-tls"},
@@ -327,6 +341,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"duration", `store: {timeout: 10}`, "timeout"},
 		{"probe path", `readinessProbe: {path: readyz}`, "path"},
 		{"name", `fullnameOverride: Edge_Sluice`, "fullnameOverride"},
+		{"trace sample ratio", `tracing: {endpoint: "c:4317", sampleRatio: 2}`, "sampleRatio"},
+		{"trace endpoint", `tracing: {endpoint: "collector"}`, "endpoint"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

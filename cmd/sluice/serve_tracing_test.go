@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/oteltest"
 	"github.com/sluicehq/sluice/internal/testca"
@@ -156,5 +160,46 @@ func TestTracingOverMutualTLS(t *testing.T) {
 				t.Error("the export without a client certificate reported no error")
 			}
 		})
+	}
+}
+
+// TestTracingErrorsAreCounted: with the collector gone, spans cannot be exported; serve's
+// error handler counts it in sluice_tracing_errors_total (and logs it).
+func TestTracingErrorsAreCounted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close() // nothing listens there any more
+	// Failed exports reach the error handler from the batch processor's own schedule (a
+	// ForceFlush returns its error to the caller instead): make that quick.
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+	t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "200")
+	reg := prometheus.NewRegistry()
+	tp, stop, err := startTracing(t.Context(), tracingFlags{endpoint: gone, insecure: true, ratio: "1"}, "node-a", reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	_, span := tp.Tracer("test").Start(t.Context(), "probe")
+	span.End()
+	count := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_tracing_errors_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatal("sluice_tracing_errors_total is not registered")
+		return 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("sluice_tracing_errors_total still 0 10 s after an export to nowhere")
+		}
 	}
 }

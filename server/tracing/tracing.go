@@ -168,7 +168,7 @@ func (s *Span) EndCheck(r *sluice.Request, d *sluice.Decision, err error) {
 			attrLimit.Int64(d.Limit), attrRemaining.Int64(d.Remaining))
 	}
 	if !d.Allowed {
-		a = append(a, attrRetryAfter.Int64(d.RetryAfter.Milliseconds()), attrReason.String(d.Reason))
+		a = append(a, attrRetryAfter.Int64(ceilMillis(d.RetryAfter)), attrReason.String(d.Reason))
 	}
 	a = appendFlag(a, attrShadow, d.Shadow)
 	a = appendFlag(a, attrExempt, d.Exempt)
@@ -266,6 +266,16 @@ func errorType(err error) string {
 		return "idempotency_mismatch"
 	}
 	return "unavailable"
+}
+
+// ceilMillis rounds up, as the answers' retry_after_ms do, dividing first so that a ban that
+// lasts "forever" (the longest Duration) does not overflow.
+func ceilMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
 }
 
 func isInvalid(err error) bool  { return errors.Is(err, policy.ErrInvalid) }

@@ -178,7 +178,7 @@ func TestHTTPSpans(t *testing.T) {
 		}, true},
 		{"last one allowed", "/v1/check", body, 200, tracing.CheckSpan, map[string]string{"sluice.allowed": "true", "sluice.remaining": "0"}, true},
 		{"denied", "/v1/check", body, 429, tracing.CheckSpan, map[string]string{
-			"sluice.allowed": "false", "sluice.state": "hard", "sluice.rule": "per-user", "sluice.retry_after_ms": "*", "sluice.reason": "*",
+			"sluice.allowed": "false", "sluice.state": "hard", "sluice.rule": "per-user", "sluice.retry_after_ms": "3600000", "sluice.reason": "*",
 		}, true},
 		{"quota", "/v1/quota", body, 200, tracing.QuotaSpan, map[string]string{"sluice.allowed": "true", "sluice.store.calls": "1"}, true},
 		{"cost 0 is a look", "/v1/check", `{"user":"bob","cost":0}`, 200, tracing.QuotaSpan, map[string]string{"sluice.user": "bob"}, true},

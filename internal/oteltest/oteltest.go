@@ -46,7 +46,6 @@ type Receiver struct {
 	mu      sync.Mutex
 	spans   []Span
 	exports int
-	arrived chan struct{} // closed and replaced on every export
 }
 
 // Start serves a Receiver in plaintext on a free loopback port until the test ends.
@@ -63,7 +62,7 @@ func StartTLS(t testing.TB, cfg *tls.Config) *Receiver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Receiver{Addr: ln.Addr().String(), arrived: make(chan struct{})}
+	r := &Receiver{Addr: ln.Addr().String()}
 	var opts []grpc.ServerOption
 	if cfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
@@ -103,8 +102,6 @@ func (r *Receiver) Export(_ context.Context, req *collectortrace.ExportTraceServ
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
 	r.exports++
-	close(r.arrived)
-	r.arrived = make(chan struct{})
 	r.mu.Unlock()
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
@@ -128,27 +125,6 @@ func (r *Receiver) Exports() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.exports
-}
-
-// WaitFor waits until the spans received satisfy cond, and returns them; after timeout it fails
-// the test with what did arrive.
-func (r *Receiver) WaitFor(t testing.TB, timeout time.Duration, what string, cond func([]Span) bool) []Span {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		r.mu.Lock()
-		spans, arrived := append([]Span(nil), r.spans...), r.arrived
-		r.mu.Unlock()
-		if cond(spans) {
-			return spans
-		}
-		select {
-		case <-arrived:
-		case <-deadline:
-			t.Fatalf("oteltest: no %s within %v; received %d spans: %+v", what, timeout, len(spans), spans)
-			return nil
-		}
-	}
 }
 
 // Named returns the spans of spans called name.

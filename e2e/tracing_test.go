@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -190,7 +193,7 @@ func TestTracingFromStandardVariables(t *testing.T) {
 }
 
 // TestServeRejectsBadTracingFlags: each bad value stops serve with an error naming its flag
-// or variable.
+// or variable, before it touches its data dir.
 func TestServeRejectsBadTracingFlags(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -208,7 +211,8 @@ func TestServeRejectsBadTracingFlags(t *testing.T) {
 		{[]string{"--otlp-endpoint=127.0.0.1:4317"}, "OTEL_TRACES_SAMPLER=sometimes", "OTEL_TRACES_SAMPLER"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		args := append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--data-dir", t.TempDir()}, c.args...)
+		dataDir := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--data-dir", dataDir}, c.args...)
 		cmd := exec.CommandContext(ctx, binary, args...)
 		if c.env != "" {
 			cmd.Env = append(cmd.Environ(), c.env)
@@ -217,6 +221,10 @@ func TestServeRejectsBadTracingFlags(t *testing.T) {
 		cancel()
 		if err == nil || !strings.Contains(string(out), c.want) {
 			t.Errorf("serve %v %s: %v, output %q; want a failure naming %s", c.args, c.env, err, out, c.want)
+		}
+		// Refused before anything is opened: no data dir, control store or admin token.
+		if _, err := os.Stat(dataDir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("serve %v %s: left %s behind (%v)", c.args, c.env, dataDir, err)
 		}
 	}
 }

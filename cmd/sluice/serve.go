@@ -174,6 +174,13 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err := c.abuse.validate(); err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp, stopTracing, err := startTracing(ctx, c.tracing, tracingNode(c), reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the drain below, so the last decisions' spans are sent
 	serverTLS, err := c.tls.open(log)
 	if err != nil {
 		return err
@@ -204,13 +211,6 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err := bootstrapAdmin(ctx, ctrl, c.adminTokenFile, c.dataDir, log); err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tp, stopTracing, err := startTracing(ctx, c.tracing, tracingNode(c), reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopTracing() // after the drain below, so the last decisions' spans are sent
 	st, storeName, err := openStore(ctx, c, log)
 	if err != nil {
 		return err

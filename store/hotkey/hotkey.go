@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/sketch"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -41,7 +42,7 @@ type Store struct {
 	inner store.Store
 	o     Options
 
-	sketch  *spaceSaving
+	sketch  *sketch.SpaceSaving
 	sampled atomic.Uint32
 
 	mu  sync.RWMutex
@@ -87,7 +88,7 @@ func New(inner store.Store, o Options) *Store {
 	if o.Detect <= 0 {
 		o.Detect = time.Second
 	}
-	s := &Store{inner: inner, o: o, sketch: newSpaceSaving(64), hot: map[string]*hotKey{}, stop: make(chan struct{})}
+	s := &Store{inner: inner, o: o, sketch: sketch.New(64), hot: map[string]*hotKey{}, stop: make(chan struct{})}
 	s.done.Add(1)
 	go s.loop()
 	return s
@@ -103,7 +104,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	if len(b.Ops) == 1 && len(b.IdempotencyKey) == 0 {
 		op := &b.Ops[0]
 		if s.sampled.Add(1)%sampleEvery == 0 {
-			s.sketch.add(op.Key)
+			s.sketch.Add(op.Key)
 		}
 		s.mu.RLock()
 		h := s.hot[string(op.Key)]
@@ -224,7 +225,7 @@ func (s *Store) loop() {
 // asked for during the interval.
 func (s *Store) detect() {
 	perInterval := int64(float64(s.o.Threshold) * s.o.Detect.Seconds() / sampleEvery)
-	heavy := s.sketch.drain(max(1, perInterval))
+	heavy := s.sketch.Drain(max(1, perInterval))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, h := range s.hot {

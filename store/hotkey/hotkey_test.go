@@ -121,25 +121,6 @@ func TestHotKeySparesTheStore(t *testing.T) {
 	}
 }
 
-func TestSpaceSaving(t *testing.T) {
-	t.Parallel()
-	s := newSpaceSaving(4)
-	for i := range 1000 {
-		s.add([]byte("heavy"))
-		s.add([]byte("k" + strconv.Itoa(i))) // a thousand keys seen once each
-		if i%2 == 0 {
-			s.add([]byte("medium"))
-		}
-	}
-	heavy := s.drain(400)
-	if len(heavy) != 2 || !(heavy[0] == "heavy" || heavy[1] == "heavy") {
-		t.Fatalf("heavy hitters %v, want heavy and medium", heavy)
-	}
-	if got := s.drain(1); len(got) != 0 {
-		t.Fatalf("drain did not start a new interval: %v", got)
-	}
-}
-
 // TestRefillingBucketStaysInBounds is the reviewer's case: 4 nodes on one token bucket that
 // refills 100/s with a burst of 1000, each node asking 5 times a millisecond and syncing every
 // 50 ms, staggered. Every node spending the same refill would over-admit by 43% and more; the

@@ -60,8 +60,8 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkNewKey is the cost of a key's first checks in a store already holding 100K keys:
-// each new key is checked three times, the way a new client's first requests arrive. Keys are
-// added beside a stripe's read map and merged into a new one; the merges must stay amortised.
+// each new key is checked three times, the way a new client's first requests arrive. A
+// stripe's table is rebuilt as it fills; the rebuilds must stay amortised.
 func BenchmarkNewKey(b *testing.B) {
 	p, _ := algorithm.NewParams(algorithm.TokenBucket, 100, 0, time.Minute)
 	s := New(WithSweepInterval(0))

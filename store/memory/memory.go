@@ -1,11 +1,11 @@
 // Package memory is Sluice's embedded store: striped maps in the process, with idle keys
 // expired and state snapshotted to disk so a restart keeps quota.
 //
-// A key's state has a lock of its own, and a stripe's map of known keys is read without a lock:
-// a check of a known key writes only to its own entry, so cores deciding different keys share
-// no cache line. (With a lock per stripe, every check wrote its stripe's lock, and two cores
-// spread over all stripes bounced those lines between them: 2 cores decided 1.15x what one
-// did.) New keys go to a locked map beside, merged into a new read map as it grows.
+// A key's state has a lock of its own, and a stripe's table of known keys is read without a
+// lock: a check of a known key writes only to its own entry, so cores deciding different keys
+// share no cache line. (With a lock per stripe, every check wrote its stripe's lock, and two
+// cores spread over all stripes bounced those lines between them: 2 cores decided 1.15x what
+// one did.) New keys are added under the stripe's lock (table.go).
 package memory
 
 import (
@@ -51,30 +51,14 @@ type Store struct {
 	once sync.Once
 }
 
-// shard is a stripe of keys. Lock order: a shard's mu, then an entry's mu, never the other way
-// while waiting (the sweep only tries entry locks), so a batch holding entries may add a key.
-type shard struct {
-	// read maps the stripe's keys to their entries. It is never changed once published, so
-	// lookups take no lock.
-	read atomic.Pointer[map[string]*entry]
-	mu   sync.Mutex // guards what follows and the publishing of read
-	// recent holds the keys added since read was built; they win over read.
-	recent map[string]*entry
-	// stale lists keys whose entry in read was removed (swept); a lookup of one adds a fresh
-	// entry to recent.
-	stale map[string]struct{}
-	// misses counts lookups that found their key only in recent since read was built: when
-	// they outnumber read's and recent's keys together, recent is merged into a new read.
-	misses int
-}
-
-// entry is one key's state: algorithm.State and an expiry under a lock of its own, 48 bytes.
-// Memory per key is a target.
+// entry is one key's state: algorithm.State and an expiry under a lock of its own, and the key,
+// 64 bytes. Memory per key is a target (see newEntry).
 type entry struct {
 	mu      sync.Mutex
 	t, v, w int64
 	idleAt  int64          // µs; after it the state is as good as fresh; removed once swept
 	log     *algorithm.Log // sliding_window_log's entries
+	key     string         // never changed; read without a lock
 }
 
 // removed is the idleAt of an entry taken out of its stripe by a sweep: whoever holds it looks
@@ -120,7 +104,7 @@ func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweep
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), log: slog.Default(), sweepInterval: time.Second, stop: make(chan struct{})}
 	for i := range s.shards {
-		s.shards[i].publish(map[string]*entry{})
+		s.shards[i].init(s.seed)
 		s.idem[i].m = map[string]*idemEntry{}
 	}
 	for _, o := range opts {
@@ -181,12 +165,16 @@ func (s *Store) Close() error {
 	return err
 }
 
-func (s *Store) shardOf(k []byte) int { return int(maphash.Bytes(s.seed, k) % numShards) }
+func (s *Store) shardOf(k []byte) int { return int(s.hashOf(k) % numShards) }
+
+// hashOf is a key's hash: its low bits choose the stripe, the next ones the slot.
+func (s *Store) hashOf(k []byte) uint64 { return maphash.Bytes(s.seed, k) }
 
 // pending is the bookkeeping of one op while its batch is decided. The op works on a copy of
 // its key's state, written back only if the batch commits.
 type pending struct {
 	shard  int
+	hash   uint64
 	e      *entry          // the key's entry, locked while the batch is decided
 	st     algorithm.State // the working copy
 	alias  int             // an earlier op of the batch on the same key, whose copy this one shares; -1 if none
@@ -256,7 +244,8 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	}
 	ps = ps[:len(ops)]
 	for i := range ops {
-		ps[i].shard, ps[i].alias = s.shardOf(ops[i].Key), -1
+		ps[i].hash = s.hashOf(ops[i].Key)
+		ps[i].shard, ps[i].alias = int(ps[i].hash%numShards), -1
 	}
 	s.acquire(ops, ps, now)
 	defer release(ps)
@@ -324,10 +313,11 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 // sibling to deny it, it decides and commits on the entry in place, with none of a batch's
 // bookkeeping.
 func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
-	sh := &s.shards[s.shardOf(op.Key)]
+	h := s.hashOf(op.Key)
+	sh := &s.shards[h%numShards]
 	for {
 		var st algorithm.State
-		e := sh.acquire(op.Key, false)
+		e := sh.acquire(op.Key, h, false)
 		if e == nil {
 			// A key the stripe does not hold: decide on a fresh state and add the key only if
 			// the op commits, so that looks and denials of unknown keys leave nothing behind.
@@ -335,7 +325,7 @@ func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
 			if !committed {
 				return
 			}
-			if !sh.insert(op.Key, &st, idle) {
+			if !sh.insert(op.Key, h, &st, idle) {
 				continue // another op added the key meanwhile: decide on its entry
 			}
 			s.markChanged()
@@ -392,7 +382,7 @@ func (s *Store) acquire(ops []store.Op, ps []pending, now int64) {
 		create = create || ops[i].Cost > 0
 	}
 	for _, i := range roots {
-		if ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key, create); ps[i].e != nil {
+		if ps[i].e = s.shards[ps[i].shard].acquire(ops[i].Key, ps[i].hash, create); ps[i].e != nil {
 			ps[i].e.load(ops[i].Params.Kind, now, &ps[i].st)
 		}
 	}
@@ -412,116 +402,6 @@ func release(ps []pending) {
 		if ps[i].alias < 0 && ps[i].e != nil {
 			ps[i].e.mu.Unlock()
 		}
-	}
-}
-
-// acquire returns key's entry, locked and live. When the stripe has none it adds a fresh one
-// if create is set, else returns nil.
-func (sh *shard) acquire(key []byte, create bool) *entry {
-	e := (*sh.read.Load())[string(key)]
-	for {
-		if e != nil {
-			e.mu.Lock()
-			if e.idleAt != removed {
-				return e
-			}
-			e.mu.Unlock() // swept since it was found: look again
-		}
-		if e = sh.slowEntry(key, create); e == nil {
-			return nil
-		}
-	}
-}
-
-// slowEntry finds key in recent, or in read unless swept, or else adds a fresh entry to recent
-// if create is set.
-func (sh *shard) slowEntry(key []byte, create bool) *entry {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.lookup(key); e != nil {
-		return e
-	}
-	if !create {
-		return nil
-	}
-	e := new(entry)
-	sh.add(string(key), e)
-	return e
-}
-
-// lookup finds key in recent, or in read unless swept. The stripe is locked.
-func (sh *shard) lookup(key []byte) *entry {
-	if e := sh.recent[string(key)]; e != nil {
-		// Keys found here cost a locked lookup; merging them into read costs a copy of the
-		// stripe, so it waits until the misses have paid for one.
-		if sh.misses++; sh.misses > len(*sh.read.Load())+len(sh.recent) {
-			sh.merge()
-		}
-		return e
-	}
-	if e := (*sh.read.Load())[string(key)]; e != nil {
-		if _, gone := sh.stale[string(key)]; !gone {
-			return e
-		}
-	}
-	return nil
-}
-
-// insert adds key with the committed state st, unless the stripe holds it already (another op
-// added it since the caller looked), and reports whether it did.
-func (sh *shard) insert(key []byte, st *algorithm.State, idleAt int64) bool {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.lookup(key) != nil {
-		return false
-	}
-	e := new(entry)
-	e.save(st, idleAt) // not yet reachable: no lock needed
-	sh.add(string(key), e)
-	return true
-}
-
-// add puts a new key in recent. Merging as recent grows keeps most keys in read, which is built
-// at its final size. The stripe is locked.
-func (sh *shard) add(k string, e *entry) {
-	sh.recent[k] = e
-	if len(sh.recent) > 32 && len(sh.recent) > len(*sh.read.Load())/2 {
-		sh.merge()
-	}
-}
-
-// merge publishes a new read holding read's live keys and recent's. The stripe is locked.
-func (sh *shard) merge() {
-	old := *sh.read.Load()
-	m := make(map[string]*entry, len(old)-len(sh.stale)+len(sh.recent))
-	for k, e := range old {
-		if _, gone := sh.stale[k]; !gone {
-			m[k] = e
-		}
-	}
-	for k, e := range sh.recent {
-		m[k] = e
-	}
-	sh.publish(m)
-}
-
-// publish makes m the stripe's read map, with nothing recent or stale beside it.
-func (sh *shard) publish(m map[string]*entry) {
-	sh.read.Store(&m)
-	sh.recent, sh.stale, sh.misses = map[string]*entry{}, nil, 0
-}
-
-// entries calls f with every key of the stripe and its entry. The stripe is locked.
-func (sh *shard) entries(f func(k string, e *entry)) {
-	// A key is in both read and recent only once its read entry was swept, so skipping stale
-	// keys lists each key once.
-	for k, e := range *sh.read.Load() {
-		if _, gone := sh.stale[k]; !gone {
-			f(k, e)
-		}
-	}
-	for k, e := range sh.recent {
-		f(k, e)
 	}
 }
 
@@ -552,7 +432,8 @@ func (e *entry) save(st *algorithm.State, idleAt int64) {
 // Reset drops the state of keys, restoring them to full.
 func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	for _, k := range keys {
-		if e := s.shards[s.shardOf(k)].acquire(k, false); e != nil {
+		h := s.hashOf(k)
+		if e := s.shards[h%numShards].acquire(k, h, false); e != nil {
 			e.t, e.v, e.w, e.idleAt, e.log = 0, 0, 0, 0, nil // fresh; the sweep drops it
 			e.mu.Unlock()
 		}
@@ -566,37 +447,7 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 func (s *Store) Sweep() {
 	now := s.clock()
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for k, e := range sh.recent {
-			if e.mu.TryLock() {
-				if e.idleAt <= now {
-					e.idleAt = removed
-					delete(sh.recent, k)
-				}
-				e.mu.Unlock()
-			}
-		}
-		read := *sh.read.Load()
-		for k, e := range read {
-			if _, gone := sh.stale[k]; gone || !e.mu.TryLock() {
-				continue
-			}
-			if e.idleAt <= now {
-				e.idleAt = removed
-				if sh.stale == nil {
-					sh.stale = map[string]struct{}{}
-				}
-				sh.stale[k] = struct{}{}
-			}
-			e.mu.Unlock()
-		}
-		// Rebuilt once an eighth is dead: a rebuild at every sweep would copy every stripe
-		// every second.
-		if len(sh.stale) > 0 && len(sh.stale) >= len(read)/8 {
-			sh.merge()
-		}
-		sh.mu.Unlock()
+		s.shards[i].sweep(now)
 		is := &s.idem[i]
 		is.mu.Lock()
 		for k, e := range is.m {

@@ -466,7 +466,8 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 		return d.err
 	}
 	if e.idleAt > now {
-		stored := s.shards[s.shardOf(k)].acquire(k, true)
+		h := s.hashOf(k)
+		stored := s.shards[h%numShards].acquire(k, h, true)
 		stored.t, stored.v, stored.w, stored.idleAt, stored.log = e.t, e.v, e.w, e.idleAt, log
 		stored.mu.Unlock()
 	}

@@ -24,8 +24,12 @@ import (
 
 // Options tune the guard; zero values take the defaults.
 type Options struct {
-	// Timeout is every call's deadline (default 10 ms).
+	// Timeout is every call's deadline (default 10 ms); with MaxTimeout, the least one.
 	Timeout time.Duration
+	// MaxTimeout, when above Timeout, makes the deadline adaptive (deadline.go): three times
+	// the 99th percentile of the last 10 s of calls, between Timeout and MaxTimeout. 0 keeps
+	// the fixed Timeout.
+	MaxTimeout time.Duration
 	// FailureRatio opens the breaker when at least this share of calls failed (default 0.5)...
 	FailureRatio float64
 	// ...among at least MinCalls in the last Interval (default 20). MinCalls failures in a
@@ -46,13 +50,16 @@ type Options struct {
 	Probes uint32
 	// OnStateChange is told of every change (closed, half-open, open), for logs and metrics.
 	OnStateChange func(from, to string)
+
+	now func() time.Duration // the adaptive deadline's monotonic clock; tests set it
 }
 
 // Store is a guarded store.
 type Store struct {
-	inner   store.Store
-	timeout time.Duration
-	cb      *gobreaker.CircuitBreaker[bool]
+	inner    store.Store
+	timeout  time.Duration
+	adaptive *deadline // nil: the fixed timeout
+	cb       *gobreaker.CircuitBreaker[bool]
 }
 
 // New guards inner.
@@ -108,7 +115,39 @@ func New(inner store.Store, o Options) *Store {
 	if o.OnStateChange != nil {
 		st.OnStateChange = func(_ string, from, to gobreaker.State) { o.OnStateChange(from.String(), to.String()) }
 	}
-	return &Store{inner: inner, timeout: o.Timeout, cb: gobreaker.NewCircuitBreaker[bool](st)}
+	s := &Store{inner: inner, timeout: o.Timeout, cb: gobreaker.NewCircuitBreaker[bool](st)}
+	if o.MaxTimeout > o.Timeout {
+		if o.now == nil {
+			o.now = func() time.Duration { return time.Since(epoch) }
+		}
+		s.adaptive = newDeadline(o.Timeout, o.MaxTimeout, o.now)
+	}
+	return s
+}
+
+// Deadline returns the deadline the next call gets.
+func (s *Store) Deadline() time.Duration {
+	if s.adaptive == nil {
+		return s.timeout
+	}
+	return s.adaptive.get()
+}
+
+// call runs f under the guard's deadline and, when it is adaptive, counts how long f took,
+// unless its caller gave up (which says nothing of the store).
+func (s *Store) call(ctx context.Context, f func(context.Context) (bool, error)) (bool, error) {
+	timeout, start := s.timeout, time.Duration(0)
+	if s.adaptive != nil {
+		timeout, start = s.adaptive.get(), s.adaptive.now()
+	}
+	call, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	replayed, err := f(call)
+	err = gone(ctx, err)
+	if s.adaptive != nil && !errors.Is(err, errCallerGone) {
+		s.adaptive.record(s.adaptive.now() - start)
+	}
+	return replayed, err
 }
 
 // State returns the breaker's state: closed, half-open or open.
@@ -117,10 +156,7 @@ func (s *Store) State() string { return s.cb.State().String() }
 // Apply calls the store within the deadline, unless the breaker is open.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
 	replayed, err := s.cb.Execute(func() (bool, error) {
-		call, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		replayed, err := s.inner.Apply(call, b, results)
-		return replayed, gone(ctx, err)
+		return s.call(ctx, func(call context.Context) (bool, error) { return s.inner.Apply(call, b, results) })
 	})
 	return replayed, wrap(err)
 }
@@ -128,9 +164,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 // Reset calls the store within the deadline, unless the breaker is open.
 func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	_, err := s.cb.Execute(func() (bool, error) {
-		call, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		return false, gone(ctx, s.inner.Reset(call, keys))
+		return s.call(ctx, func(call context.Context) (bool, error) { return false, s.inner.Reset(call, keys) })
 	})
 	return wrap(err)
 }

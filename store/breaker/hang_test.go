@@ -40,101 +40,114 @@ type sample struct {
 // decisions come from the store again soon after SIGCONT. On a Cluster, the node that owns
 // the callers' keys is paused; the cluster's own failure detection is kept out of the way
 // (cluster-node-timeout longer than the pause) so the test sees a hung node, not a failover.
+//
+// The same holds with the adaptive deadline (serve's default, --store-timeout-max 100ms), each
+// call bounded by its ceiling: a hung store still trips the breaker.
 func TestHungStore(t *testing.T) {
 	t.Parallel()
-	for _, tc := range redistest.HangTargets() {
-		t.Run(tc.Name, func(t *testing.T) {
-			t.Parallel()
-			p, _ := algorithm.NewParams(algorithm.TokenBucket, 1_000_000, 0, time.Second)
-			head := key.AppendTag(key.AppendHead(nil, "hang", "1"), 'u', "caller")
-			url, owner := tc.Start(t, string(key.HashTag(head)))
-
-			inner, err := redis.New(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			var opened []time.Time
-			s := New(inner, Options{OnStateChange: func(_, to string) {
-				if to == "open" {
-					mu.Lock()
-					opened = append(opened, time.Now())
-					mu.Unlock()
-				}
-			}})
-			t.Cleanup(func() { s.Close() })
-			waitClosed(t, s, make([]algorithm.Result, 1))
-			stalls := stallwatch.Start(t)
-
-			samples := make([][]sample, callers)
-			load := redistest.StartLoad(t, callers, time.Millisecond, func(i int) func() {
-				// Each caller reuses its batch and results, as the limiter does: a store call
-				// abandoned at its deadline must not touch them afterwards (-race).
-				k := append(slices.Clip(head), ':', byte('a'+i))
-				b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
-				res := make([]algorithm.Result, 1)
-				return func() {
-					start := time.Now()
-					_, err := s.Apply(ctx, b, res)
-					samples[i] = append(samples[i], sample{start, time.Now(), err})
-				}
+	for _, mode := range []struct {
+		name  string
+		max   time.Duration // Options.MaxTimeout
+		bound time.Duration // the longest deadline a call gets
+	}{{"fixed", 0, 10 * time.Millisecond}, {"adaptive", 100 * time.Millisecond, 100 * time.Millisecond}} {
+		for _, tc := range redistest.HangTargets() {
+			t.Run(mode.name+"/"+tc.Name, func(t *testing.T) {
+				t.Parallel()
+				hungStore(t, tc, mode.max, mode.bound)
 			})
+		}
+	}
+}
 
-			// A second of healthy calls first: a breaker that weighs failures against the
-			// successes before them would take long to open.
-			time.Sleep(time.Second)
-			paused, resumed := owner.PauseFor(t, pauseFor)
-			time.Sleep(backWithin + 500*time.Millisecond)
-			load.Stop()
+func hungStore(t *testing.T, tc redistest.HangTarget, maxTimeout, deadline time.Duration) {
+	p, _ := algorithm.NewParams(algorithm.TokenBucket, 1_000_000, 0, time.Second)
+	head := key.AppendTag(key.AppendHead(nil, "hang", "1"), 'u', "caller")
+	url, owner := tc.Start(t, string(key.HashTag(head)))
 
-			var all []sample
-			for _, ss := range samples {
-				all = append(all, ss...)
-			}
-			slices.SortFunc(all, func(a, b sample) int { return a.start.Compare(b.start) })
-			bound := 10*time.Millisecond + callMargin
-			var slowest sample
-			slow := 0
-			back := time.Duration(-1)
-			for _, c := range all {
-				// Time the whole process did not run is no call's doing.
-				d := c.end.Sub(c.start) - stalls.During(c.start, c.end)
-				if d > slowest.end.Sub(slowest.start) {
-					slowest = sample{c.start, c.start.Add(d), c.err}
-				}
-				if d > bound {
-					slow++
-				}
-				if c.err != nil && !errors.Is(c.err, store.ErrUnavailable) {
-					t.Fatalf("call failed with %v, want store.ErrUnavailable", c.err)
-				}
-				// Redis is stopped some instant after Pause returns; allow it a moment.
-				if c.err == nil && c.start.After(paused.Add(100*time.Millisecond)) && c.end.Before(resumed) {
-					t.Fatalf("a call at %v after the pause succeeded: Redis was not paused", c.start.Sub(paused))
-				}
-				if c.err == nil && c.start.After(resumed) && back < 0 {
-					back = c.end.Sub(resumed)
-				}
-			}
-			t.Logf("%d calls, slowest %v (process stalls discounted), decisions back %v after SIGCONT", len(all), slowest.end.Sub(slowest.start), back)
-			if slow > 0 {
-				t.Errorf("%d calls took longer than %v; the slowest, %v after the pause, took %v (process stalls discounted)",
-					slow, bound, slowest.start.Sub(paused).Round(time.Millisecond), slowest.end.Sub(slowest.start))
-			}
-
+	inner, err := redis.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var opened []time.Time
+	s := New(inner, Options{MaxTimeout: maxTimeout, OnStateChange: func(_, to string) {
+		if to == "open" {
 			mu.Lock()
-			defer mu.Unlock()
-			i := slices.IndexFunc(opened, func(at time.Time) bool { return !at.Before(paused) })
-			switch {
-			case i < 0:
-				t.Errorf("the breaker never opened while Redis was paused")
-			case opened[i].Sub(paused) > openWithin:
-				t.Errorf("the breaker opened %v after the pause, want within %v", opened[i].Sub(paused), openWithin)
-			}
-			if back < 0 || back > backWithin {
-				t.Errorf("first decision from the store %v after SIGCONT, want within %v", back, backWithin)
-			}
-		})
+			opened = append(opened, time.Now())
+			mu.Unlock()
+		}
+	}})
+	t.Cleanup(func() { s.Close() })
+	waitClosed(t, s, make([]algorithm.Result, 1))
+	stalls := stallwatch.Start(t)
+
+	samples := make([][]sample, callers)
+	load := redistest.StartLoad(t, callers, time.Millisecond, func(i int) func() {
+		// Each caller reuses its batch and results, as the limiter does: a store call
+		// abandoned at its deadline must not touch them afterwards (-race).
+		k := append(slices.Clip(head), ':', byte('a'+i))
+		b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}
+		res := make([]algorithm.Result, 1)
+		return func() {
+			start := time.Now()
+			_, err := s.Apply(ctx, b, res)
+			samples[i] = append(samples[i], sample{start, time.Now(), err})
+		}
+	})
+
+	// A second of healthy calls first: a breaker that weighs failures against the
+	// successes before them would take long to open.
+	time.Sleep(time.Second)
+	paused, resumed := owner.PauseFor(t, pauseFor)
+	time.Sleep(backWithin + 500*time.Millisecond)
+	load.Stop()
+
+	var all []sample
+	for _, ss := range samples {
+		all = append(all, ss...)
+	}
+	slices.SortFunc(all, func(a, b sample) int { return a.start.Compare(b.start) })
+	bound := deadline + callMargin
+	var slowest sample
+	slow := 0
+	back := time.Duration(-1)
+	for _, c := range all {
+		// Time the whole process did not run is no call's doing.
+		d := c.end.Sub(c.start) - stalls.During(c.start, c.end)
+		if d > slowest.end.Sub(slowest.start) {
+			slowest = sample{c.start, c.start.Add(d), c.err}
+		}
+		if d > bound {
+			slow++
+		}
+		if c.err != nil && !errors.Is(c.err, store.ErrUnavailable) {
+			t.Fatalf("call failed with %v, want store.ErrUnavailable", c.err)
+		}
+		// Redis is stopped some instant after Pause returns; allow it a moment.
+		if c.err == nil && c.start.After(paused.Add(100*time.Millisecond)) && c.end.Before(resumed) {
+			t.Fatalf("a call at %v after the pause succeeded: Redis was not paused", c.start.Sub(paused))
+		}
+		if c.err == nil && c.start.After(resumed) && back < 0 {
+			back = c.end.Sub(resumed)
+		}
+	}
+	t.Logf("%d calls, slowest %v (process stalls discounted), decisions back %v after SIGCONT", len(all), slowest.end.Sub(slowest.start), back)
+	if slow > 0 {
+		t.Errorf("%d calls took longer than %v; the slowest, %v after the pause, took %v (process stalls discounted)",
+			slow, bound, slowest.start.Sub(paused).Round(time.Millisecond), slowest.end.Sub(slowest.start))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	i := slices.IndexFunc(opened, func(at time.Time) bool { return !at.Before(paused) })
+	switch {
+	case i < 0:
+		t.Errorf("the breaker never opened while Redis was paused")
+	case opened[i].Sub(paused) > openWithin:
+		t.Errorf("the breaker opened %v after the pause, want within %v", opened[i].Sub(paused), openWithin)
+	}
+	if back < 0 || back > backWithin {
+		t.Errorf("first decision from the store %v after SIGCONT, want within %v", back, backWithin)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -58,17 +59,19 @@ func source(entries ...string) string {
 // WithScripts, run it as EVALSHA scripts.
 var (
 	batchScript  = rueidis.NewLuaScript(source("batch") + "return batch(KEYS, ARGV)\n")
+	multiScript  = rueidis.NewLuaScript(source("batch", "multi") + "return multi(KEYS, ARGV)\n")
 	refundScript = rueidis.NewLuaScript(source("refund") + "return refund(KEYS, ARGV)\n")
 
-	library, batchFunction, refundFunction = func() (string, string, string) {
-		body := source("batch", "refund")
+	library, batchFunction, multiFunction, refundFunction = func() (string, string, string, string) {
+		body := source("batch", "multi", "refund")
 		sum := sha256.Sum256([]byte(body))
 		name := "sluice_" + hex.EncodeToString(sum[:6]) // a new version loads beside the old
-		batchFn, refundFn := name+"_batch", name+"_refund"
+		batchFn, multiFn, refundFn := name+"_batch", name+"_multi", name+"_refund"
 		return "#!lua name=" + name + "\n" + body +
 				"redis.register_function('" + batchFn + "', function(keys, args) return batch(keys, args) end)\n" +
+				"redis.register_function('" + multiFn + "', function(keys, args) return multi(keys, args) end)\n" +
 				"redis.register_function('" + refundFn + "', function(keys, args) return refund(keys, args) end)\n",
-			batchFn, refundFn
+			batchFn, multiFn, refundFn
 	}()
 )
 
@@ -93,6 +96,14 @@ type Store struct {
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
+
+	coalesce  bool                         // decide concurrent batches in shared calls (coalesce.go)
+	lane      *lane                        // a single server's
+	slotLanes *[16384]atomic.Pointer[lane] // a Cluster's, per hash slot, made on first use
+	scratches sync.Pool                    // *scratch
+	pendings  sync.Pool                    // *pending
+
+	coalescedCalls, coalescedBatches atomic.Uint64 // see CoalesceStats
 }
 
 // Option configures a Store.
@@ -104,6 +115,10 @@ func WithTimeForTests(now func() int64) Option { return func(s *Store) { s.now =
 
 // WithScripts makes the store run EVALSHA scripts even where Redis Functions are available.
 func WithScripts() Option { return func(s *Store) { s.scripts = true } }
+
+// WithCoalescing turns coalescing (coalesce.go) on or off; the URL's coalesce=false turns it
+// off too. It is on by default.
+func WithCoalescing(on bool) Option { return func(s *Store) { s.coalesce = on } }
 
 // WithTimeout bounds every store call (default 1 s; the resilience layer sets it lower).
 func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
@@ -117,7 +132,8 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 //
 // Query parameters: read_timeout (bounds every call, default 1s), dial_timeout, write_timeout,
 // max_flush_delay (durations; the last defaults to DefaultMaxFlushDelay, 0 turns it off),
-// pool_size, pipeline_multiplex (integers), tls=true (sentinel and
+// pool_size, pipeline_multiplex (integers), coalesce=false (one script call per request rather
+// than one per lane's gathered requests, see coalesce.go), tls=true (sentinel and
 // cluster forms), tls_ca_file (PEM of the CA that signed Redis's certificate),
 // tls_insecure_skip_verify=true, tls_cert_file and tls_key_file (PEM client certificate and key
 // for a Redis with tls-auth-clients, read again when they change). New fails with a clear error when Redis cannot be
@@ -137,14 +153,20 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect to %s: %w", redact(rawURL), err)
 	}
-	s := &Store{client: client, cluster: cluster, timeout: timeout}
+	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false"}
 	s.calls.New = func() any { return newCall(s) }
+	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
+	s.scratches.New = func() any { return new(scratch) }
+	s.lane = newLane(s)
 	for _, o := range opts {
 		o(s)
 	}
 	if err := s.check(ctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
+	}
+	if s.cluster {
+		s.slotLanes = new([16384]atomic.Pointer[lane])
 	}
 	return s, nil
 }
@@ -363,7 +385,14 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	groups := s.group(b)
+	sc := s.scratches.Get().(*scratch)
+	keep := true // false once a round trip this call left may still read sc's strings
+	defer func() {
+		if keep {
+			s.scratches.Put(sc)
+		}
+	}()
+	groups := s.group(b, sc)
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now(), 10)
@@ -375,29 +404,49 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		fp = hex.EncodeToString(b.IdempotencyFingerprint[:])
 		groups = s.placeRecords(groups, b.IdempotencyKey)
 	}
-	execs := make([]rueidis.LuaExec, len(groups))
+	execs := sc.execs[:0]
 	for gi := range groups {
 		g := &groups[gi]
-		g.args = append([]string{now, ttl, strconv.Itoa(len(g.ops))}, g.args...)
+		g.args[0], g.args[1], g.args[2] = now, ttl, smallInt(len(g.ops))
 		if idem {
 			g.keys = append(g.keys, g.record)
 			g.args = append(g.args, fp)
 		}
-		execs[gi] = rueidis.LuaExec{Keys: g.keys, Args: g.args}
+		execs = append(execs, rueidis.LuaExec{Keys: g.keys, Args: g.args})
 	}
-	replies, err := s.do(ctx, batchScript, batchFunction, execs, nil)
-	if err != nil {
-		// Nothing is known of any slot: each may or may not have consumed, as with any
-		// call that timed out (see do).
-		return false, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
+	sc.execs = execs
+	sc.size(len(groups))
+	answers, nows, answered, fresh := sc.answers, sc.nows, sc.answered, sc.fresh
+	if s.coalesce {
+		err := s.coalesced(ctx, groups, execs, answers)
+		defer s.release(answers)
+		if err != nil {
+			keep = false
+			return false, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
+		}
+		for gi := range answers {
+			if answers[gi].err != nil {
+				// The lane's round trip may have failed at its deadline, and rueidis may
+				// still write the strings.
+				keep = false
+			}
+		}
+	} else {
+		replies, err := s.do(ctx, batchScript, batchFunction, execs, nil)
+		if err != nil {
+			keep = false
+			// Nothing is known of any slot: each may or may not have consumed, as with any
+			// call that timed out (see do).
+			return false, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
+		}
+		for gi, reply := range replies {
+			answers[gi].vals, answers[gi].err = reply.AsIntSlice()
+		}
 	}
 	replayed, denied, reused := false, false, false
-	nows := make([]int64, len(groups))
 	var failure error
-	answered := make([]bool, len(groups))
-	fresh := make([]bool, len(groups)) // decided now
-	for gi, reply := range replies {
-		vals, err := reply.AsIntSlice()
+	for gi := range answers {
+		vals, err := answers[gi].vals, answers[gi].err
 		if err != nil {
 			// %w twice: a caller's own cancellation must stay visible (the breaker does not
 			// count it against the store).
@@ -613,37 +662,99 @@ func (s *Store) run(ctx context.Context, script *rueidis.Lua, fn string, execs [
 	return replies
 }
 
-// group splits the ops by hash slot; a single server takes them all in one call.
-func (s *Store) group(b *store.Batch) []group {
-	var gs []group
-	var slots []uint16
+// group splits the ops by hash slot; a single server takes them all in one call. Each group's
+// args start with 3 places for batch.lua's now, TTL and op count, which Apply fills.
+func (s *Store) group(b *store.Batch, sc *scratch) []group {
+	gs := sc.groups[:0]
+	arena := sc.arena[:0]
 	for i := range b.Ops {
 		op := &b.Ops[i]
 		gi := 0
 		if s.cluster {
 			slot := Slot(op.Key)
 			gi = -1
-			for j, sl := range slots {
-				if sl == slot {
+			for j := range gs {
+				if gs[j].slot == slot {
 					gi = j
 					break
 				}
 			}
 			if gi < 0 {
-				slots = append(slots, slot)
-				gs = append(gs, group{slot: slot})
+				gs = addGroup(gs, slot)
 				gi = len(gs) - 1
 			}
 		} else if len(gs) == 0 {
-			gs = append(gs, group{})
+			gs = addGroup(gs, 0)
 		}
 		g := &gs[gi]
 		g.ops = append(g.ops, i)
-		state := redisKey(op.Key)
-		g.keys = append(g.keys, state, state+":log")
+		var state, log string
+		state, log, arena = redisKeys(arena, op.Key)
+		g.keys = append(g.keys, state, log)
 		g.args = s.appendParams(g.args, op)
 	}
+	sc.groups, sc.arena = gs, arena
 	return gs
+}
+
+// addGroup appends a group for slot to gs, reusing the slices of one an earlier call left
+// beyond gs's length.
+func addGroup(gs []group, slot uint16) []group {
+	if len(gs) == cap(gs) {
+		return append(gs, group{slot: slot, args: []string{"", "", ""}})
+	}
+	gs = gs[:len(gs)+1]
+	g := &gs[len(gs)-1]
+	g.slot, g.record = slot, ""
+	g.ops, g.keys, g.args = g.ops[:0], g.keys[:0], append(g.args[:0], "", "", "")
+	return gs
+}
+
+// redisKeys appends a bucket key's Redis key and its log list's key to arena, as one string
+// and its prefix (see redisKey).
+func redisKeys(arena, k []byte) (state, log string, grown []byte) {
+	start := len(arena)
+	tagged := len(key.HashTag(k)) < len(k)
+	if !tagged {
+		arena = append(arena, '{')
+	}
+	arena = append(arena, k...)
+	if !tagged {
+		arena = append(arena, '}')
+	}
+	arena = append(arena, ":log"...)
+	// The bytes are never written again while the strings live: a call's scratch (and its
+	// arena) is reused only once every round trip that read the strings has returned.
+	log = unsafe.String(&arena[start], len(arena)-start)
+	return log[:len(log)-len(":log")], log, arena
+}
+
+// scratch is what one Apply needs, pooled so that a request allocates next to nothing.
+type scratch struct {
+	groups   []group
+	arena    []byte // the groups' key strings
+	execs    []rueidis.LuaExec
+	answers  []answer
+	nows     []int64
+	answered []bool
+	fresh    []bool // the group decided now
+}
+
+// size sizes the per-group slices for n groups, zeroed.
+func (sc *scratch) size(n int) {
+	sc.answers = resize(sc.answers, n)
+	sc.nows = resize(sc.nows, n)
+	sc.answered = resize(sc.answered, n)
+	sc.fresh = resize(sc.fresh, n)
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // redisKey is the Redis key of a bucket key. A key without a hash tag gets its whole self as
@@ -684,7 +795,8 @@ func (s *Store) placeRecords(gs []group, id []byte) []group {
 		}
 	}
 	if !found {
-		gs = append(gs, group{slot: slot, record: own})
+		gs = addGroup(gs, slot)
+		gs[len(gs)-1].record = own
 	}
 	return gs
 }

@@ -17,25 +17,26 @@
 -- UNDO_WIDTH is how many values an op's undo record holds (see batch).
 local UNDO_WIDTH = 6
 
-local function batch(KEYS, ARGV)
-  bind_math()
+-- batch_at decides the batch whose KEYS start after ko and ARGV after ao (multi.lua packs
+-- several batches in one call); clock is the call's Redis TIME in µs, read once per call, used
+-- when the batch's ARGV[1] is ''.
+local function batch_at(KEYS, ARGV, ko, ao, clock)
   local now
-  if ARGV[1] ~= '' then
-    now = tonumber(ARGV[1])
+  if ARGV[ao + 1] ~= '' then
+    now = tonumber(ARGV[ao + 1])
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = clock()
   end
-  local ttl = tonumber(ARGV[2])
-  local n = tonumber(ARGV[3])
-  local idem_key = KEYS[2 * n + 1]
+  local ttl = tonumber(ARGV[ao + 2])
+  local n = tonumber(ARGV[ao + 3])
+  local idem_key = KEYS[ko + 2 * n + 1]
 
   -- The record is "expires_at_µs|fingerprint|v,v,...", written only for an allowed batch. Its
   -- expiry is checked against the script's clock, not only left to PX, so that a test clock
   -- governs it as it governs the limits.
   local fp = nil
   if ttl > 0 then
-    fp = ARGV[3 * n + 4]
+    fp = ARGV[ao + 3 * n + 4]
     local rec = redis.call('GET', idem_key)
     if rec then
       local expires, rec_fp, vals = string.match(rec, '^(%d+)|(%x+)|(.*)$')
@@ -58,13 +59,13 @@ local function batch(KEYS, ARGV)
   if n > 1 then undo = {} end
   local denied = false
   for i = 1, n do
-    local b = 3 + (i - 1) * 3
+    local b = ao + 3 + (i - 1) * 3
     local p = parse_params(ARGV[b + 1])
     local cost = tonumber(ARGV[b + 2])
-    local key = KEYS[2 * i - 1]
+    local key = KEYS[ko + 2 * i - 1]
     local s = states[key]
     if not s then
-      s = load_state(key, KEYS[2 * i], p.kind)
+      s = load_state(key, KEYS[ko + 2 * i], p.kind)
       states[key] = s
     end
     local alg = algorithms[p.kind]
@@ -144,4 +145,21 @@ local function batch(KEYS, ARGV)
     redis.call('SET', idem_key, fmt(now + ttl * 1000) .. '|' .. fp .. '|' .. table.concat(rec, ','), 'PX', ttl)
   end
   return out
+end
+
+-- redis_time reads Redis TIME in µs, once per call however many batches use it.
+local function redis_time()
+  local now = nil
+  return function()
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    return now
+  end
+end
+
+local function batch(KEYS, ARGV)
+  bind_math()
+  return batch_at(KEYS, ARGV, 0, 0, redis_time())
 end

@@ -1,0 +1,298 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Coalescing: concurrent Apply calls bound for one lane (the server, or one hash slot of a
+// Cluster, since one script call may touch one slot only) are decided by one multi.lua call,
+// each batch still all or nothing at its own turn. A lane has at most one call in flight and
+// flushes what gathered meanwhile as soon as it returns: no timer, so a lone request goes out
+// at once and a busy lane sends bigger calls. The fixed cost of a script call in Redis, and the
+// round trip's system calls on both sides, are then shared.
+
+// maxCoalesced bounds the batches of one call, so that one call holds Redis only briefly.
+const maxCoalesced = 128
+
+// A pending batch is one group of one Apply waiting in a lane. It is pooled. The caller owns it
+// until submit, the lane from then until it sets the state: answered hands it back to the
+// caller, who recycles it; a caller that left first set abandoned, and the lane recycles it.
+type pending struct {
+	keys, args []string // the group's, built fresh for this call: never the caller's batch
+	deadline   time.Time
+	state      atomic.Int32
+	done       chan struct{} // buffered: the lane never blocks on it
+
+	vals []int64 // batch.lua's reply, reused across uses
+	err  error
+}
+
+const (
+	pendingQueued int32 = iota
+	pendingAnswered
+	pendingAbandoned
+)
+
+// lane gathers the pending batches of one server or slot.
+type lane struct {
+	s       *Store
+	run     func() // l.loop, bound once: `go l.loop()` would allocate a closure each time
+	mu      sync.Mutex
+	queue   []*pending
+	spare   []*pending // the other buffer: the queue and the flight swap
+	running bool       // a goroutine runs loop; it stops when the queue is empty
+}
+
+func newLane(s *Store) *lane {
+	l := &lane{s: s}
+	l.run = l.loop
+	return l
+}
+
+// laneFor returns the lane of a slot: the only lane of a single server.
+func (s *Store) laneFor(slot uint16) *lane {
+	if !s.cluster {
+		return s.lane
+	}
+	if l := s.slotLanes[slot].Load(); l != nil {
+		return l
+	}
+	l := newLane(s)
+	if !s.slotLanes[slot].CompareAndSwap(nil, l) {
+		return s.slotLanes[slot].Load()
+	}
+	return l
+}
+
+// submit queues p and starts the lane's goroutine if it is idle. A lane already holding
+// maxWaiting batches (a store that stopped answering, callers leaving at their deadlines)
+// refuses p rather than grow without bound.
+func (l *lane) submit(p *pending) error {
+	l.mu.Lock()
+	if len(l.queue) >= maxWaiting {
+		l.mu.Unlock()
+		return errBacklog
+	}
+	l.queue = append(l.queue, p)
+	start := !l.running
+	l.running = true
+	l.mu.Unlock()
+	if start {
+		go l.run()
+	}
+	return nil
+}
+
+// loop sends what gathered, up to maxCoalesced batches a call, until the queue is empty.
+func (l *lane) loop() {
+	for {
+		l.mu.Lock()
+		var flight []*pending
+		switch n := len(l.queue); {
+		case n == 0:
+			l.running = false
+			l.mu.Unlock()
+			return
+		case n <= maxCoalesced:
+			flight, l.queue, l.spare = l.queue, l.spare[:0], nil
+		default:
+			flight = append(l.spare[:0], l.queue[:maxCoalesced]...)
+			rest := copy(l.queue, l.queue[maxCoalesced:])
+			clear(l.queue[rest:])
+			l.queue = l.queue[:rest]
+		}
+		l.mu.Unlock()
+		l.flush(flight)
+		clear(flight)
+		l.mu.Lock()
+		l.spare = flight[:0]
+		l.mu.Unlock()
+	}
+}
+
+// flush decides the live batches of flight in one call and answers each.
+func (l *lane) flush(flight []*pending) {
+	now := time.Now()
+	live := flight[:0]
+	var deadline time.Time
+	nkeys, nargs := 0, 1
+	for _, p := range flight {
+		switch {
+		case p.state.Load() == pendingAbandoned:
+			l.s.pendings.Put(p) // its caller left: nothing is sent for it
+		case !p.deadline.After(now):
+			p.err = context.DeadlineExceeded
+			l.s.answer(p)
+		default:
+			live = append(live, p)
+			if p.deadline.After(deadline) {
+				deadline = p.deadline
+			}
+			nkeys += len(p.keys)
+			nargs += 2 + len(p.args)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	// Fresh slices: a call abandoned at its deadline may still be read by its goroutine (see do).
+	keys := make([]string, 0, nkeys)
+	args := make([]string, 0, nargs)
+	args = append(args, smallInt(len(live)))
+	for _, p := range live {
+		keys = append(keys, p.keys...)
+		args = append(args, smallInt(len(p.keys)), smallInt(len(p.args)))
+		args = append(args, p.args...)
+	}
+	l.s.coalescedCalls.Add(1)
+	l.s.coalescedBatches.Add(uint64(len(live)))
+	// The latest of the callers' deadlines: each caller leaves at its own.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	replies, err := l.s.do(ctx, multiScript, multiFunction, []rueidis.LuaExec{{Keys: keys, Args: args}}, nil)
+	cancel()
+	var msgs []rueidis.RedisMessage
+	if err == nil {
+		msgs, err = replies[0].ToArray()
+		if err == nil && len(msgs) != len(live) {
+			err = fmt.Errorf("script answered %d replies for %d batches", len(msgs), len(live))
+		}
+	}
+	for i, p := range live {
+		if err != nil {
+			p.err = err
+		} else {
+			p.vals, p.err = intSlice(&msgs[i], p.vals[:0])
+		}
+		l.s.answer(p)
+	}
+}
+
+// answer hands p back to its caller, or recycles it when the caller left.
+func (s *Store) answer(p *pending) {
+	if p.state.CompareAndSwap(pendingQueued, pendingAnswered) {
+		p.done <- struct{}{}
+		return
+	}
+	s.recyclePending(p)
+}
+
+func (s *Store) recyclePending(p *pending) {
+	p.keys, p.args, p.err, p.vals = nil, nil, nil, p.vals[:0]
+	s.pendings.Put(p)
+}
+
+// intSlice appends the integers of an array reply to vals.
+func intSlice(m *rueidis.RedisMessage, vals []int64) ([]int64, error) {
+	if err := m.Error(); err != nil {
+		return vals, err
+	}
+	arr, err := m.ToArray()
+	if err != nil {
+		return vals, err
+	}
+	for i := range arr {
+		v, err := arr[i].AsInt64()
+		if err != nil {
+			return vals, err
+		}
+		vals = append(vals, v)
+	}
+	return vals, nil
+}
+
+// coalesced decides the groups through their lanes, execs[i] for groups[i], and fills
+// answers[i] with each group's reply values or error, valid until release. It returns an error
+// of the whole request when ctx ended first, as do does.
+func (s *Store) coalesced(ctx context.Context, groups []group, execs []rueidis.LuaExec, answers []answer) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.timeout)
+	}
+	for gi := range groups {
+		p := s.pendings.Get().(*pending)
+		p.keys, p.args, p.deadline = execs[gi].Keys, execs[gi].Args, deadline
+		p.state.Store(pendingQueued)
+		if err := s.laneFor(groups[gi].slot).submit(p); err != nil {
+			s.recyclePending(p)
+			s.abandon(answers[:gi])
+			return err
+		}
+		answers[gi].p = p
+	}
+	for gi := range answers {
+		p := answers[gi].p
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			s.abandon(answers)
+			return ctx.Err()
+		}
+		answers[gi].vals, answers[gi].err, answers[gi].got = p.vals, p.err, true
+	}
+	return nil
+}
+
+// abandon leaves the pending batches of answers: those the lane answered are recycled here,
+// the others by the lane.
+func (s *Store) abandon(answers []answer) {
+	for i := range answers {
+		a := answers[i]
+		answers[i] = answer{}
+		if a.p == nil || !a.got && a.p.state.CompareAndSwap(pendingQueued, pendingAbandoned) {
+			continue
+		}
+		if !a.got {
+			<-a.p.done // answered, or about to be
+		}
+		s.recyclePending(a.p)
+	}
+}
+
+// answer is one group's reply: batch.lua's values, or why there are none.
+type answer struct {
+	vals []int64
+	err  error
+	p    *pending // the coalesced path's, recycled by release
+	got  bool     // p was answered and its done received
+}
+
+// release recycles the pending batches behind answers.
+func (s *Store) release(answers []answer) {
+	for i := range answers {
+		if p := answers[i].p; p != nil {
+			answers[i] = answer{}
+			s.recyclePending(p)
+		}
+	}
+}
+
+// smallInts are the decimal strings of small counts, which every call sends several of.
+var smallInts = func() (t [1024]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+func smallInt(n int) string {
+	if n >= 0 && n < len(smallInts) {
+		return smallInts[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// CoalesceStats returns how many script calls the lanes made and how many batches they
+// decided: batches/calls is the mean number of requests sharing a call.
+func (s *Store) CoalesceStats() (calls, batches uint64) {
+	return s.coalescedCalls.Load(), s.coalescedBatches.Load()
+}

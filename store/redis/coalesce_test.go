@@ -1,0 +1,197 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
+)
+
+// TestCoalescedAllOrNothing sends 1,000 requests from 50 concurrent callers, each request
+// under a shared limit of 300 and its caller's own limit of 10, at one instant of the test
+// clock: coalesced calls must decide each batch all or nothing, so exactly 300 requests are
+// allowed (on a Cluster, where the shared limit is on its own slot and a denial is refunded,
+// no more than 300), and what each caller's limit consumed adds up to what the shared limit
+// consumed. Calls must really have been shared.
+func TestCoalescedAllOrNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		cluster bool
+	}{{"single server", false}, {"cluster", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.cluster && testing.Short() {
+				t.Skip("starts a Redis Cluster")
+			}
+			var url string
+			if tc.cluster {
+				url = "redis-cluster://" + strings.Join(redistest.StartCluster(t, 3, 0).Addrs, ",")
+			} else {
+				url = "redis://" + redistest.Start(t).Addr
+			}
+			c := newClock()
+			st := connect(t, url, c)
+			const callers, each, sharedN, ownN = 50, 20, 300, 10
+			shared, _ := algorithm.NewParams(algorithm.FixedWindow, sharedN, 0, time.Hour)
+			own, _ := algorithm.NewParams(algorithm.TokenBucket, ownN, 0, time.Hour)
+			sharedKey := key.AppendHead(nil, "coalesce-shared", "1")
+			ownKey := func(i int) []byte {
+				return key.AppendTag(key.AppendHead(nil, "coalesce-own", "1"), 'u', fmt.Sprint("caller", i))
+			}
+			allowed := make([]int, callers)
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for i := range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := &store.Batch{Ops: []store.Op{
+						{Key: ownKey(i), Params: &own, Cost: 1},
+						{Key: sharedKey, Params: &shared, Cost: 1},
+					}}
+					res := make([]algorithm.Result, 2)
+					for range each {
+						if _, err := st.Apply(ctx, b, res); err != nil {
+							errs <- err
+							return
+						}
+						if res[0].Allowed && res[1].Allowed {
+							allowed[i]++
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			total := 0
+			res := make([]algorithm.Result, 1)
+			ownConsumed := 0
+			for i := range callers {
+				total += allowed[i]
+				if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: ownKey(i), Params: &own}}}, res); err != nil {
+					t.Fatal(err)
+				}
+				if used := ownN - int(res[0].Remaining); used != allowed[i] {
+					t.Errorf("caller %d: own limit consumed %d, %d requests allowed", i, used, allowed[i])
+				}
+				ownConsumed += ownN - int(res[0].Remaining)
+			}
+			if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: sharedKey, Params: &shared}}}, res); err != nil {
+				t.Fatal(err)
+			}
+			sharedConsumed := sharedN - int(res[0].Remaining)
+			if sharedConsumed != total || ownConsumed != total {
+				t.Errorf("%d requests allowed; the shared limit consumed %d, the callers' %d", total, sharedConsumed, ownConsumed)
+			}
+			if total > sharedN || !tc.cluster && total != sharedN {
+				t.Errorf("%d requests allowed under a shared limit of %d", total, sharedN)
+			}
+			calls, batches := st.CoalesceStats()
+			t.Logf("%d allowed; %d batches in %d calls", total, batches, calls)
+			if calls == 0 || batches <= calls {
+				t.Errorf("%d batches in %d calls: nothing was coalesced", batches, calls)
+			}
+		})
+	}
+}
+
+// TestCoalescedErrorsStayTheirs puts a good batch, a batch whose key holds another type (Redis
+// answers WRONGTYPE inside the script) and a batch whose caller left into one call: the first
+// decides, the second fails alone, the third is never sent.
+func TestCoalescedErrorsStayTheirs(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	good, bad, gone := key.AppendHead(nil, "good", "1"), key.AppendHead(nil, "bad", "1"), key.AppendHead(nil, "gone", "1")
+	if _, err := srv.Do("RPUSH", redisKey(bad), "x"); err != nil {
+		t.Fatal(err)
+	}
+	pendings := make([]*pending, 3)
+	for i, k := range [][]byte{good, bad, gone} {
+		g := st.group(&store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, new(scratch))[0]
+		g.args[0], g.args[1], g.args[2] = fmt.Sprint(c.Now()), "0", "1"
+		pd := st.pendings.Get().(*pending)
+		pd.keys, pd.args = g.keys, g.args
+		pd.deadline = time.Now().Add(10 * time.Second)
+		pendings[i] = pd
+	}
+	pendings[2].state.Store(pendingAbandoned)
+	st.lane.flush(append([]*pending(nil), pendings...))
+	if calls, batches := st.CoalesceStats(); calls != 1 || batches != 2 {
+		t.Fatalf("%d batches in %d calls, want 2 in 1", batches, calls)
+	}
+	<-pendings[0].done
+	<-pendings[1].done
+	if err := pendings[0].err; err != nil || len(pendings[0].vals) != 8 || pendings[0].vals[2] != 1 || pendings[0].vals[4] != 4 {
+		t.Errorf("good batch: %v %v, want allowed with 4 left", pendings[0].vals, err)
+	}
+	if err := pendings[1].err; err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("bad batch: err %v, want WRONGTYPE", err)
+	}
+	if n, err := srv.Do("EXISTS", redisKey(gone)); err != nil || n != "0" {
+		t.Errorf("the abandoned batch's key exists (%s, %v): it was sent", n, err)
+	}
+}
+
+// TestCoalescedDeadlines: a caller whose deadline passes while its lane is busy leaves on time
+// with an error that says so, and its batch, still queued, consumes nothing.
+func TestCoalescedDeadlines(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	k := key.AppendHead(nil, "late", "1")
+	// Hold the lane: a caller that will never be answered is in flight (its goroutine is
+	// stopped before it sends, by holding the lane's queue as if a flush were running).
+	st.lane.mu.Lock()
+	st.lane.running = true
+	st.lane.mu.Unlock()
+	call, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := st.Apply(call, &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, make([]algorithm.Result, 1))
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("Apply took %v past a 20 ms deadline", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err %v, want a store error that wraps the deadline", err)
+	}
+	// Let the lane run: it finds the batch abandoned and sends nothing.
+	st.lane.mu.Lock()
+	st.lane.running = false
+	st.lane.mu.Unlock()
+	res := make([]algorithm.Result, 1)
+	if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: k, Params: &p}}}, res); err != nil || res[0].Remaining != 5 {
+		t.Fatalf("remaining %d (%v), want 5: the abandoned batch consumed", res[0].Remaining, err)
+	}
+}
+
+// TestCoalescingOff: coalesce=false sends each request on its own, and decides the same.
+func TestCoalescingOff(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr+"?coalesce=false", c)
+	if st.coalesce {
+		t.Fatal("coalesce=false left coalescing on")
+	}
+	differential(t, st, c, 1000, 3, true)
+	if calls, _ := st.CoalesceStats(); calls != 0 {
+		t.Fatalf("%d coalesced calls with coalescing off", calls)
+	}
+}

@@ -95,6 +95,9 @@ type CompiledRule struct {
 	// (adaptive.go).
 	adaptive bool
 	adapted  []adaptedSpecs
+	// regions is the rule's regions mode (regions.go).
+	regions RegionMode
+	home    string
 }
 
 // Spec is a limit's nominal numbers and the effective parameters derived from them.
@@ -420,6 +423,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	default:
 		bad("adaptive", "%q is not trust", r.Adaptive)
 	}
+	c.regions, c.home = compileRegions(r.Name, r.Regions, kind, bad)
 	if r.Escalation != nil {
 		esc, eerrs := compileEscalation(r.Name, r.Escalation)
 		errs = append(errs, eerrs...)

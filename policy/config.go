@@ -50,6 +50,9 @@ type Rule struct {
 	// Adaptive "trust" scales the rule's limits by each caller's trust score (DESIGN.md,
 	// Abuse detection and escalation); empty for none.
 	Adaptive string `yaml:"adaptive" json:"adaptive,omitempty"`
+	// Regions is "global" for one limit across all regions, "home:NAME" for a limit decided
+	// in region NAME only, or empty for a limit per region (DESIGN.md, Regions).
+	Regions string `yaml:"regions" json:"regions,omitempty"`
 }
 
 // Escalation penalizes a caller (an API key, or a user of a tenant) that sends more than

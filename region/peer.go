@@ -1,0 +1,219 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+
+	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+)
+
+// maxInFlight bounds the Sync calls to one peer that may be under way: when a link's round
+// trip is longer than the sync interval, calls overlap rather than wait, so the others' view
+// stays one interval old; past the bound a slow peer is skipped rather than piled on.
+const maxInFlight = 16
+
+// maxMessage bounds the counts of one Sync message, in bytes, well under the 1 MiB that
+// serve's gRPC server accepts.
+const maxMessage = 256 << 10
+
+// client is the connection to a peer and the delivery state of the sync to it.
+type client struct {
+	conn *grpc.ClientConn
+	rpc  sluicev1.RegionsClient
+
+	mu sync.Mutex
+	// sent is the change number up to which counts were sent; acked up to which a call
+	// succeeded that started at or below acked. A failed call sets sent back to acked, so
+	// the next call sends again everything the peer may have missed.
+	sent, acked uint64
+	inFlight    atomic.Int32
+	up          bool // as last logged
+}
+
+func (c *client) close() {
+	if c.conn != nil {
+		c.conn.Close()
+	}
+}
+
+// Start connects to the peers and begins the sync, until Stop.
+func (r *Region) Start() error {
+	creds := insecure.NewCredentials()
+	if r.cfg.TLS != nil {
+		creds = credentials.NewTLS(r.cfg.TLS)
+	}
+	// Reconnect attempts no further apart than a sync, so a healed link is used again within
+	// one (gRPC's default backoff grows to 2 minutes).
+	bo := backoff.Config{BaseDelay: r.cfg.Sync / 4, Multiplier: 1.6, Jitter: 0.2, MaxDelay: r.cfg.Sync}
+	for _, p := range r.peers {
+		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.cfg.Timeout}))
+		if err != nil {
+			for _, q := range r.peers {
+				q.close()
+			}
+			return fmt.Errorf("--regions: %s=%s: %w", p.name, p.addr, err)
+		}
+		p.conn, p.rpc = conn, sluicev1.NewRegionsClient(conn)
+	}
+	r.done.Add(1)
+	go r.loop()
+	return nil
+}
+
+func (r *Region) loop() {
+	defer r.done.Done()
+	t := time.NewTicker(r.cfg.Sync)
+	defer t.Stop()
+	var lastSweep int64
+	var readErrs int
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		now := r.nowMicros()
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		seq, err := r.read(ctx, now)
+		cancel()
+		if err != nil {
+			// The peers keep the last counts, and this region's store is what is failing: the
+			// limiter's own store errors show it. One line per 100 failures is enough here.
+			if readErrs%100 == 0 {
+				r.log.Warn("region sync: reading this region's counts failed", "err", err)
+			}
+			readErrs++
+		}
+		acked := seq
+		for _, p := range r.peers {
+			r.send(p, seq, now)
+			p.mu.Lock()
+			acked = min(acked, p.acked)
+			p.mu.Unlock()
+			r.logPeer(p, now)
+		}
+		r.prune(acked, now)
+		if now-lastSweep > time.Second.Microseconds() {
+			lastSweep = now
+			r.sweep(now)
+		}
+	}
+}
+
+// send starts a Sync call to p with the counts changed since its last delivery.
+func (r *Region) send(p *peer, seq uint64, now int64) {
+	if p.inFlight.Load() >= maxInFlight {
+		return
+	}
+	p.mu.Lock()
+	from := p.sent
+	p.sent = max(p.sent, seq)
+	p.mu.Unlock()
+	entries := r.outbox(from)
+	// Messages of at most maxMessage bytes of counts: a node's gRPC server refuses large
+	// messages, and after a long partition a region may have many keys to tell.
+	var reqs []*sluicev1.SyncRequest
+	size := 0
+	for i, e := range entries {
+		if i == 0 || size+len(e.key)+32 > maxMessage {
+			reqs = append(reqs, &sluicev1.SyncRequest{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
+			size = 0
+		}
+		req := reqs[len(reqs)-1]
+		req.Counts = append(req.Counts, &sluicev1.WindowCount{Key: e.key, WindowStartUs: e.start, Count: e.count, Rate: e.rate})
+		size += len(e.key) + 32
+	}
+	if len(reqs) == 0 {
+		// Sent anyway: it tells the peer this region is alive, and measures the delay.
+		reqs = append(reqs, &sluicev1.SyncRequest{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
+	}
+	p.inFlight.Add(1)
+	r.done.Add(1)
+	go func() {
+		defer r.done.Done()
+		defer p.inFlight.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		defer cancel()
+		go func() {
+			select {
+			case <-r.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var err error
+		var rtt time.Duration
+		for _, req := range reqs {
+			start := time.Now()
+			// Compressed: a message repeats the rule's key head in every count.
+			if _, err = p.rpc.Sync(ctx, req, grpc.UseCompressor(gzip.Name)); err != nil {
+				break
+			}
+			rtt = time.Since(start)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil {
+			p.sent = p.acked
+			return
+		}
+		if from <= p.acked {
+			p.acked = max(p.acked, seq)
+		}
+		p.heard.Store(max(p.heard.Load(), r.nowMicros()))
+		d := rtt.Microseconds() / 2
+		if old := p.delay.Load(); old > 0 {
+			d = old + (d-old)/4
+		}
+		p.delay.Store(d)
+	}()
+}
+
+// isUp reports whether p was heard from within the timeout.
+func (r *Region) isUp(p *peer, now int64) bool {
+	h := p.heard.Load()
+	return h > 0 && now-h <= r.cfg.Timeout.Microseconds()
+}
+
+// logPeer logs p's changes between up and down.
+func (r *Region) logPeer(p *peer, now int64) {
+	up := r.isUp(p, now)
+	p.mu.Lock()
+	was := p.up
+	p.up = up
+	p.mu.Unlock()
+	switch {
+	case up && !was:
+		r.log.Info("region peer up", "region", p.name, "addr", p.addr)
+	case !up && was:
+		r.log.Warn("region peer down: assuming its last rate", "region", p.name, "addr", p.addr, "timeout", r.cfg.Timeout)
+	}
+}
+
+// sweep drops the table's keys no peer reported for twice their rule's longest period and the
+// timeout: their windows are over.
+func (r *Region) sweep(now int64) {
+	rs := r.rulesNow()
+	t := &r.table
+	t.mu.Lock()
+	for k, rk := range t.keys {
+		horizon := 2*time.Hour.Microseconds() + r.cfg.Timeout.Microseconds()
+		if info := rs.byHead[string(headOf([]byte(k)))]; info != nil {
+			horizon = 2*info.period + r.cfg.Timeout.Microseconds()
+		}
+		if now-rk.updated > horizon {
+			delete(t.keys, k)
+		}
+	}
+	t.mu.Unlock()
+}

@@ -1,0 +1,339 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice"
+	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/internal/testproxy"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// node is one region of a test: its Region, Limiter and gRPC address.
+type node struct {
+	r    *Region
+	lim  *sluice.Limiter
+	addr string
+}
+
+// startRegions starts one node per name, each with a memory store and a gRPC server on
+// loopback, every link through a proxy: links[a][b] carries a's calls to b.
+func startRegions(t *testing.T, yml string, sync time.Duration, names ...string) (map[string]*node, map[string]map[string]*testproxy.Proxy) {
+	t.Helper()
+	snap, err := policy.LoadFiles(map[string][]byte{"p.yaml": []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns := map[string]net.Listener{}
+	for _, n := range names {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[n] = ln
+	}
+	links := map[string]map[string]*testproxy.Proxy{}
+	nodes := map[string]*node{}
+	for _, a := range names {
+		links[a] = map[string]*testproxy.Proxy{}
+		peers := map[string]string{}
+		for _, b := range names {
+			if a != b {
+				links[a][b] = testproxy.Start(t, lns[b].Addr().String())
+				peers[b] = links[a][b].Addr
+			}
+		}
+		mem := memory.New(memory.WithSweepInterval(0))
+		var lim *sluice.Limiter
+		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: time.Second}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lim, err = sluice.New(r, snap); err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		r.Register(srv)
+		go srv.Serve(lns[a])
+		if err := r.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			srv.Stop()
+			lim.Close()
+		})
+		nodes[a] = &node{r: r, lim: lim, addr: lns[a].Addr().String()}
+	}
+	return nodes, links
+}
+
+// waitFor polls cond every 5ms until it holds or d passed, and returns how long it took.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func check(t *testing.T, lim *sluice.Limiter, r *sluice.Request) *sluice.Decision {
+	t.Helper()
+	var d sluice.Decision
+	if err := lim.Check(context.Background(), r, &d); err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}
+
+// remoteOf returns what region n counts the others as having taken of the rule's key.
+func remoteOf(n *node, user string) int64 {
+	snap := n.lim.Policy()
+	var sc policy.Scratch
+	lims := snap.Resolve(&sluice.Request{User: user}, time.Time{}, &sc)
+	return n.r.remote(lims[0].Key, lims[0].Params, n.r.nowMicros())
+}
+
+// TestGlobalLimitOverGRPC: counts admitted in one region reach the other over gRPC and
+// lower what it admits; the peer metrics show the link; a cut link is down, its last rate
+// assumed, and after the heal the counts converge within about one sync.
+func TestGlobalLimitOverGRPC(t *testing.T) {
+	t.Parallel()
+	const sync = 50 * time.Millisecond
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n", sync, "a", "b")
+	a, b := nodes["a"], nodes["b"]
+	for range 60 {
+		if d := check(t, a.lim, &sluice.Request{User: "ann"}); !d.Allowed {
+			t.Fatal("a denied below the limit")
+		}
+	}
+	waitFor(t, 2*time.Second, "b learns a's 60", func() bool { return remoteOf(b, "ann") >= 60 })
+	// b admits what is left, less the reservation of a's recent rate, and never more.
+	admitted := 0
+	for range 100 {
+		if check(t, b.lim, &sluice.Request{User: "ann"}).Allowed {
+			admitted++
+		}
+	}
+	if admitted > 40 || admitted < 30 {
+		t.Fatalf("b admitted %d after a's 60 of 100, want 30 to 40", admitted)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b.r)
+	up := func() float64 { return gauge(t, reg, "sluice_region_peer_up", "a") }
+	waitFor(t, 2*time.Second, "peer a up at b", func() bool { return up() == 1 })
+	if lag := gauge(t, reg, "sluice_region_lag_seconds", "a"); lag <= 0 || lag > 1 {
+		t.Fatalf("sluice_region_lag_seconds{region=a} = %v with the link up", lag)
+	}
+	// Cut both directions: nothing fails, b goes down past the timeout.
+	links["a"]["b"].Cut(true)
+	links["b"]["a"].Cut(true)
+	for range 10 {
+		check(t, a.lim, &sluice.Request{User: "bob"})
+		check(t, b.lim, &sluice.Request{User: "bob"})
+	}
+	waitFor(t, 3*time.Second, "peer a down at b", func() bool { return up() == 0 })
+	links["a"]["b"].Cut(false)
+	links["b"]["a"].Cut(false)
+	took := waitFor(t, 3*time.Second, "b learns a's bob after the heal", func() bool { return remoteOf(b, "bob") >= 10 })
+	t.Logf("converged %v after the heal (sync %v)", took, sync)
+}
+
+// gauge reads the value of metric name{region=region} from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name, region string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "region" && l.GetValue() == region {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{region=%q}", name, region)
+	return 0
+}
+
+// TestSyncBytesPerThousandKeys measures the cross-region bytes of the sync with 1,000 keys of
+// a global rule active in one region, every key changing every sync: the worst case per key.
+func TestSyncBytesPerThousandKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for seconds")
+	}
+	t.Parallel()
+	const sync = 100 * time.Millisecond
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h, regions: global}\n", sync, "a", "b")
+	a := nodes["a"]
+	users := make([]sluice.Request, 1000)
+	for i := range users {
+		users[i].User = fmt.Sprintf("user-%04d", i)
+	}
+	run := func(d time.Duration) {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			next := time.Now().Add(sync)
+			for i := range users {
+				check(t, a.lim, &users[i])
+			}
+			time.Sleep(time.Until(next))
+		}
+	}
+	run(time.Second) // the keys' first sends
+	before, start := links["a"]["b"].Bytes()+links["b"]["a"].Bytes(), time.Now()
+	run(3 * time.Second)
+	bytes := links["a"]["b"].Bytes() + links["b"]["a"].Bytes() - before
+	perSec := float64(bytes) / time.Since(start).Seconds()
+	t.Logf("sync a→b with 1,000 active keys changing every %v: %.0f KB/s (both directions of the link)", sync, perSec/1000)
+	if perSec > 1e6 {
+		t.Errorf("%.0f KB/s per 1,000 keys: more than 1 MB/s", perSec/1000)
+	}
+}
+
+// TestHomeForwarding: a home:a rule is decided in a, whichever region is asked, exactly; the
+// forwarded decision costs one round trip.
+func TestHomeForwarding(t *testing.T) {
+	t.Parallel()
+	nodes, links := startRegions(t, "rules:\n  - {name: per-second, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond, "a", "b", "c")
+	links["b"]["a"].Delay(20 * time.Millisecond)
+	admitted := 0
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, n := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				var d sluice.Decision
+				if err := nodes[n].lim.Check(context.Background(), &sluice.Request{User: "u-" + n}, &d); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if d.Allowed {
+					admitted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 10 {
+		t.Fatalf("admitted %d across regions, want exactly 10", admitted)
+	}
+	// A denial at home consumed nothing locally: c's own limit is untouched by its denials.
+	var d sluice.Decision
+	if err := nodes["c"].lim.Quota(context.Background(), &sluice.Request{User: "u-c"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range d.Results {
+		if res.Rule == "local" && 1000-res.Remaining > 10 {
+			t.Fatalf("c's local limit spent %d", 1000-res.Remaining)
+		}
+	}
+	start := time.Now()
+	check(t, nodes["b"].lim, &sluice.Request{User: "x"})
+	if rtt := time.Since(start); rtt < 40*time.Millisecond {
+		t.Fatalf("a forwarded decision over a 20ms link took %v, less than its round trip", rtt)
+	}
+}
+
+// TestSyncRefusesBadInput: a malformed Sync or Decide is refused whole, naming the field, and
+// changes nothing.
+func TestSyncRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, "a", "b")
+	a := nodes["a"]
+	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rpc := sluicev1.NewRegionsClient(conn)
+	snap := a.lim.Policy()
+	var sc policy.Scratch
+	annKey := snap.Resolve(&sluice.Request{User: "ann"}, time.Time{}, &sc)[0].Key
+	homeKey := snap.Rule("home").Head()
+	good := &sluicev1.WindowCount{Key: annKey, WindowStartUs: 1, Count: 5}
+	syncs := []struct {
+		name  string
+		req   *sluicev1.SyncRequest
+		field string
+	}{
+		{"unknown region", &sluicev1.SyncRequest{Region: "z", Counts: []*sluicev1.WindowCount{good}}, "region"},
+		{"empty key", &sluicev1.SyncRequest{Region: "b", Counts: []*sluicev1.WindowCount{good, {Count: 1}}}, "counts[1].key"},
+		{"negative count", &sluicev1.SyncRequest{Region: "b", Counts: []*sluicev1.WindowCount{good, {Key: annKey, Count: -1}}}, "counts[1].count"},
+		{"negative window", &sluicev1.SyncRequest{Region: "b", Counts: []*sluicev1.WindowCount{{Key: annKey, WindowStartUs: -5}}}, "counts[0].window_start_us"},
+		{"negative rate", &sluicev1.SyncRequest{Region: "b", Counts: []*sluicev1.WindowCount{{Key: annKey, Rate: -3}}}, "counts[0].rate"},
+	}
+	for _, c := range syncs {
+		_, err := rpc.Sync(context.Background(), c.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), c.field+":") {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", c.name, err, c.field)
+		}
+	}
+	if n := len(a.r.table.keys); n != 0 {
+		t.Fatalf("refused syncs left %d keys", n)
+	}
+	decides := []struct {
+		name  string
+		req   *sluicev1.DecideRequest
+		field string
+	}{
+		{"other region", &sluicev1.DecideRequest{Region: "b", Ops: []*sluicev1.Op{{Key: homeKey}}}, "region"},
+		{"no ops", &sluicev1.DecideRequest{Region: "a"}, "ops"},
+		{"not a home key", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: annKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: 1}}}, "ops[0].key"},
+		{"bad algorithm", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "nope", Limit: 1, PeriodUs: 1e6}}}, "ops[0].algorithm"},
+		{"bad period", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1}}}, "ops[0].period_us"},
+		{"bad limit", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: -1, PeriodUs: 1e6}}}, "ops[0].limit"},
+		{"negative cost", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: -1}}}, "ops[0].cost"},
+	}
+	for _, c := range decides {
+		_, err := rpc.Decide(context.Background(), c.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), c.field+":") {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", c.name, err, c.field)
+		}
+	}
+	var d sluice.Decision
+	if err := a.lim.Quota(context.Background(), &sluice.Request{}, &d); err != nil || d.Results[0].Remaining != 100 {
+		t.Fatalf("refused decides consumed: remaining %d, %v", d.Results[0].Remaining, err)
+	}
+}
+
+// TestMergeIsGrowOnly: repeated and reordered reports change nothing; a newer window
+// replaces the oldest slot.
+func TestMergeIsGrowOnly(t *testing.T) {
+	t.Parallel()
+	var pc peerCount
+	for _, o := range []windowCount{{100, 5}, {100, 3}, {100, 7}, {200, 1}, {100, 6}, {300, 2}, {400, 9}} {
+		pc.observe(o.start, o.count)
+	}
+	for _, w := range []windowCount{{100, 0}, {200, 1}, {300, 2}, {400, 9}} {
+		if got := pc.count(w.start); got != w.count {
+			t.Errorf("count(%d) = %d, want %d", w.start, got, w.count)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// simConfig is one run of the simulation: regions sharing a global limit, each receiving a
+// share of Poisson traffic, syncing every sync with a one-way delay.
+type simConfig struct {
+	limit    int64
+	period   time.Duration
+	shares   []float64
+	load     float64 // offered load, in multiples of the limit's rate
+	sync     time.Duration
+	delay    time.Duration
+	windows  int
+	seed     uint64
+	naive    bool
+	algoName string
+}
+
+// simResult is what each window admitted, as a fraction of the limit: > 1 is overage.
+type simResult struct{ admitted []float64 }
+
+// simulate runs the real Region code (Apply over a memory store, read, outbox, receive) on
+// a simulated clock, with the network replaced by a queue of deliveries.
+func simulate(t testing.TB, c simConfig) simResult {
+	t.Helper()
+	yml := fmt.Sprintf("rules:\n  - {name: quota, key: [], algorithm: %s, limit: %d, period: %s, regions: global}\n", c.algoName, c.limit, c.period)
+	snap, err := policy.LoadFiles(map[string][]byte{"p.yaml": []byte(yml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var now time.Time = start
+	clock := func() time.Time { return now }
+	n := len(c.shares)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("r%d", i)
+	}
+	regions := make([]*Region, n)
+	lims := make([]*sluice.Limiter, n)
+	for i := range regions {
+		peers := map[string]string{}
+		for j, name := range names {
+			if j != i {
+				peers[name] = "sim"
+			}
+		}
+		mem := memory.New(memory.WithClock(func() int64 { return now.UnixMicro() }), memory.WithSweepInterval(0))
+		var lim *sluice.Limiter
+		r, err := New(Config{Name: names[i], Peers: peers, Sync: c.sync, Now: clock, NoReservation: c.naive}, mem, mem,
+			func() *policy.Snapshot { return snap })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range r.peers {
+			p.delay.Store(c.delay.Microseconds()) // as measured
+		}
+		if lim, err = sluice.New(r, snap); err != nil {
+			t.Fatal(err)
+		}
+		regions[i], lims[i] = r, lim
+		t.Cleanup(func() { lim.Close() })
+	}
+	type delivery struct {
+		at       time.Time
+		from, to int
+		entries  []entry
+	}
+	var queue []delivery
+	rng := rand.New(rand.NewPCG(c.seed, 1))
+	rate := c.load * float64(c.limit) / c.period.Seconds() // offered per second
+	step := time.Millisecond
+	phase := make([]time.Duration, n) // each region's sync ticks at its own phase
+	sent := make([]uint64, n)
+	for i := range phase {
+		phase[i] = time.Duration(rng.Int64N(int64(c.sync/step))) * step
+	}
+	admitted := make([]int64, c.windows)
+	ctx := context.Background()
+	var d sluice.Decision
+	req := &sluice.Request{}
+	end := start.Add(time.Duration(c.windows) * c.period)
+	for ; now.Before(end); now = now.Add(step) {
+		// Deliveries due.
+		kept := queue[:0]
+		for _, q := range queue {
+			if q.at.After(now) {
+				kept = append(kept, q)
+				continue
+			}
+			r := regions[q.to]
+			pi := r.byName[names[q.from]]
+			r.receive(pi, q.entries, now.UnixMicro())
+			r.peers[pi].fromPeer.Store(now.UnixMicro())
+			r.peers[pi].heard.Store(now.UnixMicro())
+		}
+		queue = kept
+		// Syncs due.
+		for i, r := range regions {
+			if (now.Sub(start)+phase[i])%c.sync != 0 {
+				continue
+			}
+			seq, err := r.read(ctx, now.UnixMicro())
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries := r.outbox(sent[i])
+			sent[i] = seq
+			for j := range regions {
+				if j != i {
+					queue = append(queue, delivery{at: now.Add(c.delay), from: i, to: j, entries: entries})
+				}
+			}
+		}
+		// Arrivals in this millisecond, Poisson per region.
+		for i, share := range c.shares {
+			for k := poisson(rng, rate*share*step.Seconds()); k > 0; k-- {
+				if err := lims[i].Check(ctx, req, &d); err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted[int(now.Sub(start)/c.period)]++
+				}
+			}
+		}
+	}
+	var res simResult
+	for _, a := range admitted {
+		res.admitted = append(res.admitted, float64(a)/float64(c.limit))
+	}
+	return res
+}
+
+// poisson draws from a Poisson distribution of mean m (small m: Knuth's method).
+func poisson(rng *rand.Rand, m float64) int {
+	l, k, p := expNeg(m), 0, 1.0
+	for {
+		p *= rng.Float64()
+		if p <= l {
+			return k
+		}
+		k++
+	}
+}
+
+func expNeg(m float64) float64 {
+	// math.Exp(-m), kept local so the simulation reads top to bottom.
+	r, term := 1.0, 1.0
+	for i := 1; i < 30; i++ {
+		term *= -m / float64(i)
+		r += term
+	}
+	return r
+}
+
+// TestAdmissionSimulation runs the scenario on the real admission code: 3 regions at
+// 50/30/20% of the traffic, 3× offered load, 100 ms sync, 150 ms one-way delay, 1-minute
+// windows. With the reservation the overage stays near 0; the naive merge (the others' last
+// counts only) is visibly over.
+func TestAdmissionSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates minutes of traffic")
+	}
+	t.Parallel()
+	base := simConfig{limit: 6000, period: time.Minute, shares: []float64{0.5, 0.3, 0.2}, load: 3,
+		sync: 100 * time.Millisecond, delay: 150 * time.Millisecond, windows: 2, algoName: "fixed_window"}
+	type stats struct{ meanOver, maxOver, meanUnder float64 }
+	run := func(naive bool) stats {
+		var s stats
+		runs := 0
+		for seed := uint64(1); seed <= 3; seed++ {
+			c := base
+			c.seed, c.naive = seed, naive
+			for _, a := range simulate(t, c).admitted {
+				over, under := max(0, a-1), max(0, 1-a)
+				s.meanOver += over
+				s.maxOver = max(s.maxOver, over)
+				s.meanUnder += under
+				runs++
+			}
+		}
+		s.meanOver /= float64(runs)
+		s.meanUnder /= float64(runs)
+		return s
+	}
+	with, naive := run(false), run(true)
+	t.Logf("reservation: overage mean %.2f%% max %.2f%%, under-admission mean %.2f%%", 100*with.meanOver, 100*with.maxOver, 100*with.meanUnder)
+	t.Logf("naive:       overage mean %.2f%% max %.2f%%, under-admission mean %.2f%%", 100*naive.meanOver, 100*naive.maxOver, 100*naive.meanUnder)
+	if with.maxOver > 0.002 || with.meanUnder > 0.005 {
+		t.Errorf("with the reservation: overage max %.2f%%, under-admission %.2f%%; want <= 0.2%% and <= 0.5%%", 100*with.maxOver, 100*with.meanUnder)
+	}
+	if naive.meanOver < 2*with.meanOver+0.002 {
+		t.Errorf("naive overage %.2f%% is not visibly above the reservation's %.2f%%", 100*naive.meanOver, 100*with.meanOver)
+	}
+}

@@ -18,6 +18,8 @@ const (
 	MaxActorLen    = 256      // actors, node ids and addresses
 	MaxTargetLen   = 1024     // audit targets
 	MaxRuleBodyLen = 64 << 10 // a rule's JSON, in bytes
+	// MaxNodeStatsLen bounds a heartbeat's stats, in bytes; the schema checks it too.
+	MaxNodeStatsLen = 1 << 20
 )
 
 // CheckText validates a string the store keeps: between min and max characters, valid UTF-8,
@@ -229,6 +231,12 @@ func (n Node) Validate() error {
 	}
 	if n.PolicyVersion < 0 {
 		return &InvalidError{Field: "policy_version", Msg: "must be >= 0"}
+	}
+	if len(n.Stats) > MaxNodeStatsLen {
+		return &InvalidError{Field: "stats", Msg: fmt.Sprintf("%d bytes; at most %d", len(n.Stats), MaxNodeStatsLen)}
+	}
+	if len(n.Stats) > 0 && !json.Valid(n.Stats) {
+		return &InvalidError{Field: "stats", Msg: "not JSON"}
 	}
 	return nil
 }

@@ -92,6 +92,8 @@ func newAdminCommand(now func() time.Time) *cobra.Command {
 		usageCommand(o),
 		violationsCommand(o),
 		nodesCommand(o),
+		statsCommand(o),
+		topCommand(o),
 		resetCommand(o),
 	)
 	return cmd

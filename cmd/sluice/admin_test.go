@@ -20,8 +20,10 @@ import (
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/internal/admintest"
+	"github.com/sluicehq/sluice/internal/sketch"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/server/adminapi"
+	"github.com/sluicehq/sluice/server/fleetstats"
 )
 
 // adminSecrets are the secrets of the tokens every adminEnv starts with, one per role.
@@ -208,7 +210,13 @@ func TestAdminCommands(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.Heartbeat(ctx, control.Node{ID: "node-a", Addr: "127.0.0.1:8080", PolicyVersion: 3}); err != nil {
+	stats, err := json.Marshal(fleetstats.NodeStats{Node: "node-a", At: e.clock.Now(), Store: "memory", StoreUp: true, P99Ms: 0.25, Decisions: 8,
+		RateWindow: 10, Rules: []fleetstats.RuleStats{{Rule: "per-user", Rate: fleetstats.Rates{Allowed: 0.5, Denied: 0.3},
+			Total: fleetstats.Counts{Allowed: 5, Denied: 3}, Top: sketch.Summary{Counters: []sketch.Counter{{Key: fleetstats.Consumer("acme", "bob", "", ""), Count: 8}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Heartbeat(ctx, control.Node{ID: "node-a", Addr: "127.0.0.1:8080", PolicyVersion: 3, Stats: stats}); err != nil {
 		t.Fatal(err)
 	}
 	ruleFile := filepath.Join(t.TempDir(), "rule.yaml")
@@ -327,6 +335,12 @@ func TestAdminCommands(t *testing.T) {
 		{name: "nodes", role: control.RoleRead, args: []string{"nodes"}, header: []string{"ID", "ADDR", "POLICY_VERSION", "SEEN_AT"},
 			row: map[string]string{"ID": "node-a", "ADDR": "127.0.0.1:8080", "POLICY_VERSION": "3", "SEEN_AT": "2026-11-23T12:00:00Z"}},
 		{name: "nodes json", role: control.RoleRead, args: []string{"nodes", "-o", "json"}, json: map[string]string{"nodes": "[]"}},
+		{name: "stats", role: control.RoleRead, args: []string{"stats"},
+			contains: []string{"p99_ms  0.25", "RULE      ALLOWED/S  SOFT/S  DENIED/S  ALLOWED  SOFT  DENIED", "per-user  0.5        0       0.3       5        0     3", "node-a  memory  true"}},
+		{name: "stats json", role: control.RoleRead, args: []string{"stats", "-o", "json"}, json: map[string]string{"rules": "[]", "nodes": "[]", "p99_ms": "0.25"}},
+		{name: "top", role: control.RoleRead, args: []string{"top", "--rule", "per-user", "--limit", "5"}, header: []string{"RULE", "TENANT", "CONSUMER", "COUNT", "ERROR"},
+			row: map[string]string{"RULE": "per-user", "TENANT": "acme", "CONSUMER": "user:bob", "COUNT": "8", "ERROR": "0"}},
+		{name: "top json", role: control.RoleRead, args: []string{"top", "-o", "json"}, json: map[string]string{"rules": "[]"}},
 		{name: "reset", args: []string{"reset", "--user", "alice", "--rule", "per-user"}, kv: map[string]string{"keys_reset": "*", "policy_version": "*"}},
 		{name: "reset json", args: []string{"reset", "--user", "alice", "-o", "json"}, json: map[string]string{"keys_reset": "*"}},
 	}

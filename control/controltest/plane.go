@@ -359,6 +359,32 @@ func testHeartbeats(t *testing.T, e *env) {
 	if err := e.s.Heartbeat(e.ctx, control.Node{ID: "n", PolicyVersion: -1}); !errors.Is(err, control.ErrInvalid) {
 		t.Errorf("a negative policy version: %v", err)
 	}
+	// Stats ride along with the heartbeat, replaced by each one; bad ones change nothing.
+	stats := []byte(`{"rules":[{"rule":"r","allowed":3}]}`)
+	statsOf := func() []byte {
+		nodes, _ := e.s.Nodes(e.ctx, e.clock.Now())
+		for _, n := range nodes {
+			if n.ID == "node-s" {
+				return n.Stats
+			}
+		}
+		t.Fatalf("node-s not listed: %+v", nodes)
+		return nil
+	}
+	beat(control.Node{ID: "node-s", Addr: "s", PolicyVersion: 4, Stats: stats})
+	if got := statsOf(); string(got) != string(stats) {
+		t.Errorf("stats = %s, want %s", got, stats)
+	}
+	for _, bad := range [][]byte{[]byte(`{"rules":`), make([]byte, control.MaxNodeStatsLen+1)} {
+		var ie *control.InvalidError
+		if err := e.s.Heartbeat(e.ctx, control.Node{ID: "node-s", Stats: bad}); !errors.As(err, &ie) || ie.Field != "stats" {
+			t.Errorf("bad stats (%d bytes): %v", len(bad), err)
+		}
+	}
+	beat(control.Node{ID: "node-s", Addr: "s", PolicyVersion: 4})
+	if got := statsOf(); got != nil {
+		t.Errorf("a heartbeat without stats kept the old ones: %s", got)
+	}
 }
 
 // hostile are strings that break naively built SQL, LIKE patterns, JSON or byte-counting

@@ -75,8 +75,8 @@ func TestFileLayout(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 3 {
-		t.Errorf("schema_migrations has %d rows, %v; want 3", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 4 {
+		t.Errorf("schema_migrations has %d rows, %v; want 4", n, err)
 	}
 	for _, table := range []string{"usage_minutes", "violation_minutes", "leases"} {
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
@@ -190,5 +190,46 @@ func TestUpgradeToEscalation(t *testing.T) {
 	}
 	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target overrides_expires_at"; strings.Join(indexes, " ") != want {
 		t.Errorf("indexes = %v, want %s", indexes, want)
+	}
+}
+
+// TestUpgradeToNodeStats opens a database written at schema 3: migration 4 adds the nodes'
+// stats column, and a node recorded before it reads back with no stats.
+func TestUpgradeToNodeStats(t *testing.T) {
+	path := sqlite.Path(t.TempDir())
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	queries, err := os.ReadFile("sql/queries/migrations.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(strings.SplitN(strings.SplitN(string(queries), "-- name: MigrationTableCreate\n", 2)[1], ";", 2)[0])
+	for _, m := range []string{"0001_control", "0002_events", "0003_escalation"} {
+		ddl, err := os.ReadFile("sql/migrations/" + m + ".sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(string(ddl))
+		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
+	}
+	now := time.Now()
+	exec("INSERT INTO nodes (id, addr, policy_version, seen_at) VALUES ('old', 'a:1', 3, ?1)", now.UnixMicro())
+	db.Close()
+
+	s := open(t, path, control.Options{})
+	nodes, err := s.Nodes(t.Context(), now.Add(-time.Minute))
+	if err != nil || len(nodes) != 1 || nodes[0].ID != "old" || nodes[0].Stats != nil {
+		t.Fatalf("nodes after the upgrade = %+v, %v", nodes, err)
+	}
+	if err := s.Heartbeat(t.Context(), control.Node{ID: "old", Addr: "a:1", PolicyVersion: 3, Stats: []byte(`{}`)}); err != nil {
+		t.Fatalf("heartbeat with stats after the upgrade: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/server/fleetstats"
 )
 
 // Prefix is the path every admin call starts with; mount the Server there.
@@ -89,6 +90,9 @@ type Options struct {
 	// Applied, when set, is called after each change with its control version and returns
 	// once this node enforces it (the runtime's Sync), before the change is answered.
 	Applied func(ctx context.Context, controlVersion int64) error
+	// LocalStats, when set, returns this node's live statistics for GET /admin/v1/stats and
+	// /top, fresher than its last heartbeat; other nodes' come from their heartbeats.
+	LocalStats func() fleetstats.NodeStats
 	// Now is the clock for ttl and the nodes window; time.Now when nil.
 	Now func() time.Time
 	// Logger receives server-side failures (never a secret); slog.Default() when nil.
@@ -179,6 +183,8 @@ func (s *Server) routes() {
 		{"GET /admin/v1/violations", read, s.violations},
 		{"GET /admin/v1/audit", read, s.audit},
 		{"GET /admin/v1/nodes", read, s.nodes},
+		{"GET /admin/v1/stats", read, s.stats},
+		{"GET /admin/v1/top", read, s.top},
 		{"POST /admin/v1/reset", write, s.reset},
 		{"GET /admin/v1/tokens", admin, s.listTokens},
 		{"POST /admin/v1/tokens", admin, s.createToken},

@@ -61,6 +61,8 @@ func seed(e *env) []operation {
 		{"GET", "/admin/v1/violations", "/admin/v1/violations?limit=10", "", "", read, 200},
 		{"GET", "/admin/v1/audit", "/admin/v1/audit?kind=rule", "", "", read, 200},
 		{"GET", "/admin/v1/nodes", "/admin/v1/nodes", "", "", read, 200},
+		{"GET", "/admin/v1/stats", "/admin/v1/stats", "", "", read, 200},
+		{"GET", "/admin/v1/top", "/admin/v1/top?rule=r1&limit=5", "", "", read, 200},
 		{"POST", "/admin/v1/reset", "/admin/v1/reset", `{"user":"alice"}`, "", write, 200},
 		{"GET", "/admin/v1/tokens", "/admin/v1/tokens", "", "", admin, 200},
 		{"POST", "/admin/v1/tokens", "/admin/v1/tokens", `{"name":"ci","role":"read"}`, "", admin, 201},

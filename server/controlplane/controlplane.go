@@ -73,6 +73,9 @@ type Options struct {
 	// NodeID identifies the node in heartbeats; Addr is the address it reports (its HTTP
 	// listener).
 	NodeID, Addr string
+	// Stats, when set, returns the node's live statistics (server/fleetstats, JSON) for each
+	// heartbeat to carry.
+	Stats func() []byte
 	// Metrics receives sluice_control_store_up and the policy version; nil records nothing.
 	Metrics *metrics.Metrics
 	// Logger defaults to slog.Default().
@@ -451,8 +454,12 @@ func (r *Runtime) heartbeats(ctx context.Context) {
 		case <-t.C:
 		case <-r.swapped:
 		}
+		n := control.Node{ID: r.o.NodeID, Addr: r.o.Addr, PolicyVersion: r.ControlVersion()}
+		if r.o.Stats != nil {
+			n.Stats = r.o.Stats()
+		}
 		cctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
-		err := r.o.Store.Heartbeat(cctx, control.Node{ID: r.o.NodeID, Addr: r.o.Addr, PolicyVersion: r.ControlVersion()})
+		err := r.o.Store.Heartbeat(cctx, n)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.log.Debug("control store heartbeat failed", "err", err)

@@ -93,11 +93,32 @@ type Options struct {
 	// Now stamps each event's minute; time.Now when nil. Tests inject a clock.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Observe, when set, sees each limit's outcome as it is counted, on the gathering
+	// goroutine (off the hot path); it must be quick, or the queue fills and drops. The
+	// dashboard's live statistics (server/fleetstats) are fed this way.
+	Observe func(Observation)
 	// TenantThrottle, when set, is called by the writer with each hand-over's throttle ratio
 	// (denied and soft over all decisions, every rule together) of the TopTenants tenants with
 	// the most throttled decisions in it: bounded, so a metric labelled by tenant stays small
 	// however many tenants there are.
 	TenantThrottle func(map[string]float64)
+}
+
+// Outcome is what one limit decided, exclusive, as the counts have it.
+type Outcome uint8
+
+// The outcomes of a limit.
+const (
+	OutcomeAllowed = Outcome(allowed)
+	OutcomeSoft    = Outcome(soft)
+	OutcomeDenied  = Outcome(denied)
+)
+
+// Observation is one limit's outcome of one counted decision, for Options.Observe. APIKey is
+// the hashed prefix (HashAPIKey), never the key.
+type Observation struct {
+	Rule, Tenant, User, APIKey, IP string
+	Outcome                        Outcome
 }
 
 // TopTenants bounds the tenants Options.TenantThrottle reports.

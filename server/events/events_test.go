@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -536,5 +537,37 @@ rules:
 	pts, err := st.UsageHistory(t.Context(), control.UsageFilter{Tenant: "acme", Step: time.Minute})
 	if want := []control.UsagePoint{{At: m0, Allowed: 1, Denied: 1}}; err != nil || !reflect.DeepEqual(pts, want) {
 		t.Errorf("UsageHistory(acme) = %+v, %v; want %+v", pts, err, want)
+	}
+}
+
+// TestObserve: the observer sees each counted limit's outcome, with the API key hashed, and
+// nothing that is not counted (exempt requests, shadow limits).
+func TestObserve(t *testing.T) {
+	t.Parallel()
+	st, _ := backends[0].open(t, control.Options{})
+	var (
+		mu  sync.Mutex
+		got = map[string]int{}
+	)
+	rec := newRecorder(t, events.Options{Store: st, Observe: func(o events.Observation) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[fmt.Sprintf("%s %s %s %s %d", o.Rule, o.Tenant, o.User, o.APIKey, o.Outcome)]++
+	}})
+	l := testutil.Limiter(t, policyYAML, testutil.NewClock())
+	check(t, l, rec, sluice.Request{Tenant: "acme", User: "u1", APIKey: "sk-1"}, 8)
+	check(t, l, rec, sluice.Request{Tenant: "acme", User: "u1", APIKey: "internal-health"}, 2)
+	flush(t, rec)
+	k := events.HashAPIKey("sk-1")
+	want := map[string]int{
+		"per-user acme u1 " + k + " 0":   2,
+		"per-user acme u1 " + k + " 1":   3,
+		"per-user acme u1 " + k + " 2":   3,
+		"per-tenant acme u1 " + k + " 0": 8,
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("observed %v\nwant %v", got, want)
 	}
 }

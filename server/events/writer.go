@@ -115,6 +115,12 @@ func (r *Recorder) add(c *counts, e *event) {
 		if rule == "" {
 			continue
 		}
+		if r.o.Observe != nil {
+			if apiKey == "" && e.apiKey != "" {
+				apiKey = HashAPIKey(e.apiKey)
+			}
+			r.o.Observe(Observation{Rule: rule, Tenant: e.tenant, User: e.user, APIKey: apiKey, IP: e.ip, Outcome: Outcome(res.outcome)})
+		}
 		uk := usageKey{minute, rule, storable(e.tenant, control.MaxValueLen)}
 		u, ok := c.usage[uk]
 		if !ok && c.rows() >= r.o.MaxRows {

@@ -1014,7 +1014,11 @@ func (s *Store) Expire(ctx context.Context) (int, int64, error) {
 
 func scanNode(r *sql.Rows) (control.Node, error) {
 	var n control.Node
-	err := r.Scan(&n.ID, &n.Addr, &n.PolicyVersion, ts{&n.SeenAt})
+	var stats string
+	err := r.Scan(&n.ID, &n.Addr, &n.PolicyVersion, ts{&n.SeenAt}, &stats)
+	if stats != "" {
+		n.Stats = []byte(stats)
+	}
 	return n, err
 }
 
@@ -1023,7 +1027,7 @@ func (s *Store) Heartbeat(ctx context.Context, n control.Node) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.q["NodeUpsert"], n.ID, n.Addr, n.PolicyVersion, s.d.Time(s.clock())); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.q["NodeUpsert"], n.ID, n.Addr, n.PolicyVersion, s.d.Time(s.clock()), string(n.Stats)); err != nil {
 		return fmt.Errorf("heartbeat %q: %w", n.ID, s.mapErr(err))
 	}
 	return nil

@@ -1,0 +1,6 @@
+-- 0004: node stats (docs/architecture.md, Dashboard): each heartbeat carries the node's live
+-- decision rates, latency, store state and top consumers (server/fleetstats, JSON), which the
+-- admin API merges across the fleet; the SQLite twin of
+-- control/postgres/sql/migrations/0004_node_stats.sql.
+
+ALTER TABLE nodes ADD COLUMN stats TEXT NOT NULL DEFAULT '' CHECK (length(CAST(stats AS BLOB)) <= 1048576);

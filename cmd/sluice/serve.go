@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -58,7 +57,9 @@ type serveConfig struct {
 	pprof            bool
 	grpcWorkers      int
 	gcPercent        int
+	memory           memoryFlags // --memory-limit (serve_memory.go)
 	storeTimeout     time.Duration
+	storeDeadline    storeDeadlineFlags // serve_storedeadline.go
 	maxInFlight      int
 	hotKeys          bool
 	hotKeyThreshold  int
@@ -76,6 +77,7 @@ type serveConfig struct {
 	shadow           bool
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
 	events           eventsConfig
+	region           regionFlags // serve_region.go
 }
 
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
@@ -130,14 +132,17 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
 	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
-	f.IntVar(&c.gcPercent, "gc-percent", 400, "Go GC target percentage, unless GOGC is set: a limiter's live heap is small and steady, and at 100 the collector took ~20% of the CPU under load")
+	f.IntVar(&c.gcPercent, "gc-percent", 0, "Go GC target percentage, unless GOGC is set; 0 = auto: 400 under a memory limit, which bounds the heap (at 100 the collector took ~20% of the CPU under load), else 100")
+	c.memory.register(f)
 	c.tls.register(cmd)
 	c.statsd.register(f)
+	c.storeDeadline.register(f)
 	c.tracing.register(f)
 	addAbuseFlags(f, &c.abuse)
 	eventFlags(f, &c.events)
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
 	envoyFlags(f, &c)
+	c.region.register(f)
 	return cmd
 }
 
@@ -165,13 +170,20 @@ func serve(ctx context.Context, c serveConfig) error {
 	if c.grpcWorkers < 1 || c.grpcWorkers > maxGRPCWorkers {
 		return fmt.Errorf("--grpc-workers: %d: want 1 to %d", c.grpcWorkers, maxGRPCWorkers)
 	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(c.gcPercent)
+	if err := applyMemory(c, log); err != nil {
+		return err
 	}
 	if err := checkControl(c.control); err != nil {
 		return err
 	}
 	if err := c.abuse.validate(); err != nil {
+		return err
+	}
+	if err := c.storeDeadline.validate(c.storeTimeout); err != nil {
+		return err
+	}
+	regionCfg, err := c.region.config(c.tls.cert, c.tls.key, log)
+	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
@@ -215,11 +227,12 @@ func serve(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	rawStore := st // the region sync reads it unguarded
 	tracer := newTracer(tp, storeName)
 	m := metrics.New(reg, storeName)
 	if storeName != "memory" {
 		m.BreakerState("closed")
-		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, OnStateChange: func(from, to string) {
+		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, MaxTimeout: c.storeDeadline.max, OnStateChange: func(from, to string) {
 			log.Warn("store circuit breaker", "from", from, "to", to)
 			m.BreakerState(to)
 		}})
@@ -229,6 +242,12 @@ func serve(ctx context.Context, c serveConfig) error {
 			st = hk
 		}
 	}
+	wrapped, rgn, err := wrapRegion(regionCfg, st, rawStore)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	st = wrapped
 	// Escalation's penalties count in sluice_overrides_applied_total, whose metrics the abuse
 	// runtime registers once the listeners are up; the escalator writes none before Start.
 	var abuseMetrics atomic.Pointer[abuseRuntime]
@@ -379,6 +398,12 @@ func serve(ctx context.Context, c serveConfig) error {
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	reflection.Register(grpcSrv)
+	if err := rgn.start(grpcSrv, reg, lim, log); err != nil {
+		grpcLn.Close()
+		httpLn.Close()
+		lim.Close()
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

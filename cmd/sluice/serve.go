@@ -296,12 +296,16 @@ func serve(ctx context.Context, c serveConfig) error {
 		return fmt.Errorf("--grpc: %w", err)
 	}
 
+	statsCtx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
+	fleet := startFleetStats(statsCtx, nodeID(c.nodeID, httpLn.Addr()), storeName, st, reg, log)
+
 	// From here the runtime sets the limiter's policy: the files and the control store
 	// compiled together.
 	rt, err := controlplane.New(controlplane.Options{
 		Store: ctrl, Limiter: lim, Files: files, FilesPath: src.name,
 		NodeID: nodeID(c.nodeID, httpLn.Addr()), Addr: httpLn.Addr().String(),
-		Metrics: m, Logger: log,
+		Metrics: m, Logger: log, Stats: heartbeatStats(fleet, log),
 		AuditRetention: c.auditRetention, CountsRetention: c.countsRetention,
 	})
 	if err != nil {
@@ -324,7 +328,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	esc.Start(ctx, rt.Sync)
 	defer esc.Close()
 
-	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log})
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet})
 	if err != nil {
 		grpcLn.Close()
 		httpLn.Close()
@@ -332,7 +336,7 @@ func serve(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer adminHandler.Close()
-	rec, err := startEvents(c.events, ctrl, m, log)
+	rec, err := startEvents(c.events, ctrl, m, fleet.Observe, log)
 	if err != nil {
 		lim.Close()
 		return err
@@ -369,6 +373,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	mux.Handle("GET /healthcheck", &healthcheck)
 	mux.Handle("/admin/v1/", adminHandler)
 	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
+	mountUI(mux)
 	if c.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/server/adminapi"
 	"github.com/sluicehq/sluice/server/controlplane"
+	"github.com/sluicehq/sluice/server/fleetstats"
 )
 
 // controlSQLite is --control's default: the embedded store, <data-dir>/control.db.
@@ -141,6 +142,8 @@ type adminDeps struct {
 	metrics   *metrics.Metrics
 	dataDir   string
 	log       *slog.Logger
+	// stats is this node's live statistics (serve_ui.go), for GET /admin/v1/stats and top.
+	stats *fleetstats.Collector
 }
 
 // bootstrapAdmin makes sure an admin token exists, before the node compiles its first policy
@@ -182,6 +185,7 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		PolicyVersion: d.runtime.PolicyVersion,
 		Applied:       d.runtime.Sync,
 		NodeWindow:    controlplane.LiveNodeWindow,
+		LocalStats:    d.stats.Snapshot,
 		Logger:        d.log,
 	})
 }

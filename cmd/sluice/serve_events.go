@@ -25,15 +25,16 @@ func eventFlags(f *pflag.FlagSet, c *eventsConfig) {
 	f.IntVar(&c.queue, "events-queue", intEnv("SLUICE_EVENTS_QUEUE", events.DefaultQueue), "decision events this node holds waiting to be counted; past it they are dropped, never waited for, and counted in sluice_events_dropped_total (SLUICE_EVENTS_QUEUE)")
 }
 
-// startEvents starts the recorder that counts this node's decisions into ctrl.
-func startEvents(c eventsConfig, ctrl control.Store, m *metrics.Metrics, log *slog.Logger) (*events.Recorder, error) {
+// startEvents starts the recorder that counts this node's decisions into ctrl, and shows each
+// limit's outcome to observe (the dashboard's live statistics) on its gathering goroutine.
+func startEvents(c eventsConfig, ctrl control.Store, m *metrics.Metrics, observe func(events.Observation), log *slog.Logger) (*events.Recorder, error) {
 	if c.flush <= 0 {
 		return nil, fmt.Errorf("--events-flush: %v: must be above 0", c.flush)
 	}
 	if c.queue < 1 {
 		return nil, fmt.Errorf("--events-queue: %d: must be at least 1", c.queue)
 	}
-	rec, err := events.New(events.Options{Store: ctrl, Flush: c.flush, Queue: c.queue, Logger: log, TenantThrottle: m.TenantThrottle()})
+	rec, err := events.New(events.Options{Store: ctrl, Flush: c.flush, Queue: c.queue, Logger: log, TenantThrottle: m.TenantThrottle(), Observe: observe})
 	if err != nil {
 		return nil, err
 	}

@@ -332,7 +332,10 @@ func (c *Collector) Sample(ctx context.Context) {
 	now := c.o.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ok {
+	if ok || c.o.Gatherer != nil {
+		// Before the first decision the histogram is not gathered at all (a vector without
+		// series): an empty sample is then the base, so that the first decisions count in the
+		// window instead of becoming the base themselves.
 		c.lat.push(now, hist, c.o.RateWindow)
 	}
 	c.breaker, c.storeUp = breaker, up

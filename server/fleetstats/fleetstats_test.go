@@ -136,6 +136,28 @@ func TestLatencyAndBreaker(t *testing.T) {
 	}
 }
 
+// TestLatencyOfFirstDecisions counts the decisions made before the histogram had any series:
+// they are in the window, not its base.
+func TestLatencyOfFirstDecisions(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	reg := prometheus.NewRegistry()
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: durationMetric, Buckets: []float64{1e-4, 1e-3, 1e-2}}, []string{"api"})
+	reg.MustRegister(h)
+	c := New(Options{Gatherer: reg, Now: clk.Now})
+	c.Sample(t.Context()) // no decision yet: the vector has no series
+	for range 10 {
+		h.WithLabelValues("http").Observe(5e-5)
+	}
+	for range 3 {
+		clk.add(time.Second)
+		c.Sample(t.Context())
+	}
+	if s := c.Snapshot(); s.Decisions != 10 || s.P99Ms != 0.099 {
+		t.Errorf("p99 %v ms of %d decisions, want 0.099 of 10 (0.1 ms * 9.9/10)", s.P99Ms, s.Decisions)
+	}
+}
+
 func TestMergeAndTop(t *testing.T) {
 	t.Parallel()
 	clk := newClock()

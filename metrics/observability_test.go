@@ -53,10 +53,12 @@ func TestDashboardsNameRealMetrics(t *testing.T) {
 	}
 }
 
-// definedMetrics collects the metric names the module's Go code registers (Name: "sluice_...").
+// definedMetrics collects the metric names the module's Go code registers: Name: "sluice_..."
+// in the client's Opts, or prometheus.NewDesc("sluice_...", ...) for a collector's own metrics
+// (region's per-peer gauges).
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	def := regexp.MustCompile(`Name:\s*"(sluice_[a-z0-9_]+)"`)
+	def := regexp.MustCompile(`(?:Name:\s*|NewDesc\(\s*)"(sluice_[a-z0-9_]+)"`)
 	names := map[string]bool{}
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -6,7 +6,8 @@
 # drifts by tens of percent over minutes, so compare ratios to the ceiling, not rates across runs.
 # Per row it records checks/s, p99, the ratio, the server's CPU per check (/proc/PID/stat
 # utime+stime), Redis's CPU per check (INFO cpu used_cpu_sys+used_cpu_user; network work counts),
-# fail-open decisions (sluice_checks_total{mode="fallback"}, one per limit) and breaker
+# script calls per check (INFO commandstats; below 1 when coalesced), fail-open decisions
+# (sluice_checks_total{mode="fallback"}, one per limit) and breaker
 # transitions (the "store circuit breaker" warnings in the server's log).
 #
 #   scripts/redisbench.sh [seconds]                   # 10 s per row
@@ -49,6 +50,8 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 redis_cpu() { redis-cli -p "$RPORT" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
 # fallback HTTPPORT prints the sum of the server's fail-open decisions.
 fallback() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^sluice_checks_total\{/ && /mode="fallback"/ {s+=$NF} END{printf "%d", s}'; }
+# script_calls prints how many script calls (FCALL, EVALSHA, EVAL) Redis ran since the last resetstat.
+script_calls() { redis-cli -p "$RPORT" info commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_(fcall|evalsha|eval):/{s+=$3} END{printf "%d", s}'; }
 # transitions LOG prints how many breaker state changes the server logged.
 transitions() { grep -c "store circuit breaker" "$1" || true; }
 
@@ -88,18 +91,19 @@ if [ -n "${BIN_PREV:-}" ]; then
 fi
 
 TABLE=$BIN/table
-printf '%-12s %2s %9s %9s %6s %12s %11s %9s %8s\n' server desc checks/s p99 ratio "server µs/ck" "redis µs/ck" degraded breaker >"$TABLE"
+printf '%-12s %2s %9s %9s %6s %12s %11s %10s %9s %8s\n' server desc checks/s p99 ratio "server µs/ck" "redis µs/ck" "calls/ck" degraded breaker >"$TABLE"
 
 # run NAME DESCRIPTORS runs the load against NAME and appends its row to the table.
 run() {
-  local name=$1 n=$2 out calls rate p99 t0 t1 r0 r1 f0=0 f1=0 b0=0 b1=0 isredis=0
+  local name=$1 n=$2 out calls rate p99 t0 t1 r0 r1 f0=0 f1=0 b0=0 b1=0 isredis=0 sc=0
   case $name in redis*) isredis=1 ;; esac
-  if [ $isredis = 1 ]; then redis-cli -p "$RPORT" flushall >/dev/null; fi
+  if [ $isredis = 1 ]; then redis-cli -p "$RPORT" flushall >/dev/null; redis-cli -p "$RPORT" config resetstat >/dev/null; fi
   if [ "$name" != ceiling ]; then f0=$(fallback "${HTTP[$name]}"); b0=$(transitions "${LOG[$name]}"); fi
   t0=$(cpu_ticks "${PID[$name]}")
   r0=$(redis_cpu)
   out=$("$BIN/rlsload" -addr "127.0.0.1:${GRPC[$name]}" -c 50 -conns 1 -d "${D}s" -keys 100000 -descriptors "$n" | tail -n 1)
   r1=$(redis_cpu)
+  if [ $isredis = 1 ]; then sc=$(script_calls); fi
   t1=$(cpu_ticks "${PID[$name]}")
   if [ "$name" != ceiling ]; then f1=$(fallback "${HTTP[$name]}"); b1=$(transitions "${LOG[$name]}"); fi
   echo "== $name, $n descriptor(s): $out"
@@ -109,10 +113,11 @@ run() {
   [ "$name" = ceiling ] && CEIL=$rate
   awk -v name="$name" -v n="$n" -v rate="$rate" -v p99="$p99" -v ceil="$CEIL" -v calls="$calls" \
     -v t="$((t1 - t0))" -v tick="$TICK" -v r0="$r0" -v r1="$r1" -v isredis="$isredis" \
-    -v deg="$((f1 - f0))" -v br="$((b1 - b0))" -v sl="$([ "$name" = ceiling ] && echo - || echo x)" 'BEGIN{
+    -v sc="$sc" -v deg="$((f1 - f0))" -v br="$((b1 - b0))" -v sl="$([ "$name" = ceiling ] && echo - || echo x)" 'BEGIN{
       rcpu = isredis ? sprintf("%.1f", (r1 - r0) * 1e6 / calls) : "-"
-      printf "%-12s %2d %9.0f %9s %6.2f %12.1f %11s %9s %8s\n", name, n, rate, p99, rate / ceil,
-        t / tick * 1e6 / calls, rcpu, sl == "-" ? "-" : deg, sl == "-" ? "-" : br
+      cpc = isredis ? sprintf("%.3f", sc / calls) : "-"
+      printf "%-12s %2d %9.0f %9s %6.2f %12.1f %11s %10s %9s %8s\n", name, n, rate, p99, rate / ceil,
+        t / tick * 1e6 / calls, rcpu, cpc, sl == "-" ? "-" : deg, sl == "-" ? "-" : br
     }' >>"$TABLE"
 }
 
@@ -125,7 +130,7 @@ done
 echo
 echo "One run, ${D}s per row, c=50, 1 connection, 100K users; ratio = checks/s over the ceiling row just before."
 echo "server µs/ck: CPU of the server process per check (the ceiling row: noop-rls); redis µs/ck: Redis's CPU per check."
-echo "degraded: fail-open decisions (one per limit); breaker: circuit breaker transitions."
+echo "calls/ck: Redis script calls per check (below 1: coalesced); degraded: fail-open decisions (one per limit); breaker: circuit breaker transitions."
 cat "$TABLE"
 
 if [ -n "${PROFILE:-}" ]; then

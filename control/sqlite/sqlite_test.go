@@ -128,31 +128,7 @@ func TestNewerSchema(t *testing.T) {
 // 3 rebuilds the overrides and audit tables to widen their CHECK constraints, keeping every
 // row, id, index and AUTOINCREMENT sequence, so that an id deleted before is never reused.
 func TestUpgradeToEscalation(t *testing.T) {
-	path := sqlite.Path(t.TempDir())
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := db.Exec(q, args...); err != nil {
-			t.Fatalf("%.60s: %v", q, err)
-		}
-	}
-	queries, err := os.ReadFile("sql/queries/migrations.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := strings.SplitN(strings.SplitN(string(queries), "-- name: MigrationTableCreate\n", 2)[1], ";", 2)[0]
-	exec(create)
-	for _, m := range []string{"0001_control", "0002_events"} {
-		ddl, err := os.ReadFile("sql/migrations/" + m + ".sql")
-		if err != nil {
-			t.Fatal(err)
-		}
-		exec(string(ddl))
-		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
-	}
+	path, db, exec := openAtSchema(t, "0001_control", "0002_events")
 	for i, tenant := range []string{"acme", "globex", "initech"} {
 		exec(`INSERT INTO overrides (target_key, tenant, type, value, expires_at, reason, source, created_by, created_at, version)
 			VALUES (?1, ?2, 'multiplier', 0.5, 4102444800000000, 'noisy', 'api', 'alice', 1, ?3)`, strings.Repeat(string(rune('a'+i)), 64), tenant, i+1)
@@ -196,30 +172,7 @@ func TestUpgradeToEscalation(t *testing.T) {
 // TestUpgradeToNodeStats opens a database written at schema 3: migration 4 adds the nodes'
 // stats column, and a node recorded before it reads back with no stats.
 func TestUpgradeToNodeStats(t *testing.T) {
-	path := sqlite.Path(t.TempDir())
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := db.Exec(q, args...); err != nil {
-			t.Fatalf("%.60s: %v", q, err)
-		}
-	}
-	queries, err := os.ReadFile("sql/queries/migrations.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec(strings.SplitN(strings.SplitN(string(queries), "-- name: MigrationTableCreate\n", 2)[1], ";", 2)[0])
-	for _, m := range []string{"0001_control", "0002_events", "0003_escalation"} {
-		ddl, err := os.ReadFile("sql/migrations/" + m + ".sql")
-		if err != nil {
-			t.Fatal(err)
-		}
-		exec(string(ddl))
-		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
-	}
+	path, db, exec := openAtSchema(t, "0001_control", "0002_events", "0003_escalation")
 	now := time.Now()
 	exec("INSERT INTO nodes (id, addr, policy_version, seen_at) VALUES ('old', 'a:1', 3, ?1)", now.UnixMicro())
 	db.Close()
@@ -232,4 +185,36 @@ func TestUpgradeToNodeStats(t *testing.T) {
 	if err := s.Heartbeat(t.Context(), control.Node{ID: "old", Addr: "a:1", PolicyVersion: 3, Stats: []byte(`{}`)}); err != nil {
 		t.Fatalf("heartbeat with stats after the upgrade: %v", err)
 	}
+}
+
+// openAtSchema writes a new database as the given migrations leave it, recorded as applied,
+// for the upgrade tests; exec runs a statement on it or fails the test.
+func openAtSchema(t *testing.T, migrations ...string) (path string, db *sql.DB, exec func(q string, args ...any)) {
+	t.Helper()
+	path = sqlite.Path(t.TempDir())
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	exec = func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%.60s: %v", q, err)
+		}
+	}
+	queries, err := os.ReadFile("sql/queries/migrations.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(strings.SplitN(strings.SplitN(string(queries), "-- name: MigrationTableCreate\n", 2)[1], ";", 2)[0])
+	for _, m := range migrations {
+		ddl, err := os.ReadFile("sql/migrations/" + m + ".sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(string(ddl))
+		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
+	}
+	return path, db, exec
 }

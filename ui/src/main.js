@@ -462,4 +462,7 @@ function App() {
     <main id="main" tabindex="-1"><${Page} key=${page[0]} /></main>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+// The placeholder shown without JavaScript goes first: render keeps the nodes it did not make.
+const root = document.getElementById("app");
+root.replaceChildren();
+render(html`<${App} />`, root);

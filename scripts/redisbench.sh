@@ -2,7 +2,7 @@
 # Sluice on Redis against this machine's RLS ceiling, in one run (issue 17). For 1 and 4
 # descriptors (c=50, one connection, 100K users) it measures, each right after a ceiling row of the
 # same shape: the no-op RLS server, Sluice on its memory store, Sluice on Redis, and, when BIN_PREV
-# names an older sluice binary, that binary on the same Redis. The machine is shared and its speed
+# names an older sluice binary, that binary on its memory store and on the same Redis. The machine is shared and its speed
 # drifts by tens of percent over minutes, so compare ratios to the ceiling, not rates across runs.
 # Per row it records checks/s, p99, the ratio, the server's CPU per check (/proc/PID/stat
 # utime+stime), Redis's CPU per check (INFO cpu used_cpu_sys+used_cpu_user; network work counts),
@@ -86,8 +86,9 @@ start memory "$BIN/sluice"
 start redis "$BIN/sluice" --store "redis://127.0.0.1:$RPORT" --pprof
 rows="memory redis"
 if [ -n "${BIN_PREV:-}" ]; then
+  start memory-prev "$BIN_PREV"
   start redis-prev "$BIN_PREV" --store "redis://127.0.0.1:$RPORT"
-  rows="$rows redis-prev"
+  rows="memory memory-prev redis redis-prev"
 fi
 
 TABLE=$BIN/table

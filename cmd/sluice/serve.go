@@ -170,7 +170,7 @@ func serve(ctx context.Context, c serveConfig) error {
 	if c.grpcWorkers < 1 || c.grpcWorkers > maxGRPCWorkers {
 		return fmt.Errorf("--grpc-workers: %d: want 1 to %d", c.grpcWorkers, maxGRPCWorkers)
 	}
-	if err := applyMemory(c, log); err != nil {
+	if err := applyMemory(ctx, c, log); err != nil {
 		return err
 	}
 	if err := checkControl(c.control); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/pflag"
@@ -28,14 +31,23 @@ type memoryFlags struct {
 // structures, pages not yet returned), so that the kernel's OOM killer is not the limit.
 const memoryLimitShare = 0.9
 
-// gcPercentLimited and gcPercentUnlimited are the GC targets auto picks. Under a soft limit a
+// gcPercentLimited and gcPercentUnlimited bound the GC targets auto picks. Under a soft limit a
 // high target is safe, since the limit bounds the heap: the collector then runs rarely while the
-// live heap is small (at 100 it took ~20% of the CPU under load). Without one, 400 let the heap
-// grow to five times what is live (1.33M keys held 576 MB RSS), so the default is Go's own.
+// live heap is small (at 100 it took ~20% of the CPU under load). Without one, a fixed 400 let
+// the heap grow to five times what is live (1.33M keys held 576 MB RSS) and a fixed 100 costs
+// the CPU above, so auto then follows the live heap (followGCPercent) between the two.
 const (
 	gcPercentLimited   = 400
 	gcPercentUnlimited = 100
 )
+
+// followHeapFloor is the heap a node without a memory limit may grow to before auto's GC target
+// drops below 400%: a small live heap is then collected rarely, and a large one at Go's default
+// 100% (twice what is live), never more than the larger of the two.
+const followHeapFloor = 256 << 20
+
+// followHeapEvery is how often the GC target is fitted to the live heap.
+const followHeapEvery = time.Second
 
 func (m *memoryFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&m.limit, "memory-limit", envDefault("SLUICE_MEMORY_LIMIT", "auto"), "soft limit of the Go heap and runtime, e.g. 270MB or 1GiB: the collector works harder as memory nears it; auto = 90% of the container's (cgroup) memory limit when there is one; 0 or off = none; GOMEMLIMIT wins when set (SLUICE_MEMORY_LIMIT)")
@@ -47,6 +59,8 @@ type memorySettings struct {
 	limit     int64
 	source    string
 	gcPercent int
+	// followHeap: without a limit and with auto's GC target, the target follows the live heap.
+	followHeap bool
 }
 
 // cgroupPaths are where a process reads its cgroup memory limit; tests point them at a
@@ -85,9 +99,49 @@ func resolveMemory(flag string, gcPercent int, lookup func(string) (string, bool
 	case m.limit > 0:
 		m.gcPercent = gcPercentLimited
 	default:
-		m.gcPercent = gcPercentUnlimited
+		m.gcPercent = gcPercentLimited
+		m.followHeap = true
 	}
 	return m, nil
+}
+
+// followGCPercent is auto's GC target without a memory limit for a live heap of live bytes:
+// the one that lets the heap grow to followHeapFloor or to twice what is live, whichever is
+// larger, within 100% to 400%.
+func followGCPercent(live uint64) int {
+	if live == 0 {
+		return gcPercentLimited
+	}
+	p := float64(followHeapFloor)/float64(live)*100 - 100
+	return int(min(max(p, gcPercentUnlimited), gcPercentLimited))
+}
+
+// followHeap fits the GC target to the live heap every followHeapEvery until ctx ends. The
+// runtime reports the live heap as of the last collection; a target changes only when it moves
+// by a tenth, since each change takes the runtime's heap lock.
+func followHeap(ctx context.Context, log *slog.Logger) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	current := gcPercentLimited
+	t := time.NewTicker(followHeapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			log.Warn("memory: the runtime reports no live heap; the GC target stays", "gc_percent", current)
+			return
+		}
+		p := followGCPercent(sample[0].Value.Uint64())
+		atBound := p == gcPercentUnlimited || p == gcPercentLimited
+		if p != current && (atBound || 10*abs(p-current) >= current) {
+			debug.SetGCPercent(p)
+			current = p
+		}
+	}
 }
 
 // parseMemoryLimit reads --memory-limit: auto, 0 or off, or a size (270MB is 270·10⁶ bytes,
@@ -204,7 +258,7 @@ func ownCgroups(path string) (v2, v1 string, err error) {
 
 // applyMemory sets the runtime's soft memory limit and GC target, GOGC and GOMEMLIMIT winning
 // when set, and logs what it chose.
-func applyMemory(c serveConfig, log *slog.Logger) error {
+func applyMemory(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	m, err := resolveMemory(c.memory.limit, c.gcPercent, os.LookupEnv, systemCgroup)
 	if err != nil {
 		return err
@@ -216,7 +270,18 @@ func applyMemory(c serveConfig, log *slog.Logger) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(m.gcPercent)
 		gc = strconv.Itoa(m.gcPercent)
+		if m.followHeap {
+			gc = fmt.Sprintf("auto: %d to %d as the live heap grows", gcPercentLimited, gcPercentUnlimited)
+			go followHeap(ctx, log)
+		}
 	}
 	log.Info("memory settings", "memory_limit", m.limit, "memory_limit_source", m.source, "gc_percent", gc)
 	return nil
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -43,6 +43,7 @@ func TestResolveMemory(t *testing.T) {
 		wantLimit  int64
 		wantSource string
 		wantGC     int
+		wantFollow bool
 	}{
 		{name: "auto, cgroup v2 root", flag: "auto", self: "0::/\n", files: map[string]string{"memory.max": "300000000\n"},
 			wantLimit: 270_000_000, wantSource: "cgroup", wantGC: 400},
@@ -50,7 +51,7 @@ func TestResolveMemory(t *testing.T) {
 			files:     map[string]string{"memory.max": "max\n", "kubepods/pod1/ctr/memory.max": "1073741824\n"},
 			wantLimit: 966367641, wantSource: "cgroup", wantGC: 400},
 		{name: "auto, cgroup v2 max is none", flag: "auto", self: "0::/\n", files: map[string]string{"memory.max": "max\n"},
-			wantSource: "none", wantGC: 100},
+			wantSource: "none", wantGC: 400, wantFollow: true},
 		{name: "auto, cgroup v1 own folder", flag: "auto", self: v1Self,
 			files:     map[string]string{"memory/docker/abc/memory.limit_in_bytes": "524288000\n"},
 			wantLimit: 471859200, wantSource: "cgroup", wantGC: 400},
@@ -59,18 +60,18 @@ func TestResolveMemory(t *testing.T) {
 			wantLimit: 471859200, wantSource: "cgroup", wantGC: 400},
 		{name: "auto, cgroup v1 unlimited", flag: "auto", self: v1Self,
 			files:      map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"},
-			wantSource: "none", wantGC: 100},
-		{name: "auto, no cgroup files", flag: "auto", wantSource: "none", wantGC: 100},
+			wantSource: "none", wantGC: 400, wantFollow: true},
+		{name: "auto, no cgroup files", flag: "auto", wantSource: "none", wantGC: 400, wantFollow: true},
 		{name: "decimal size", flag: "270MB", wantLimit: 270_000_000, wantSource: "flag", wantGC: 400},
 		{name: "binary size", flag: "1GiB", wantLimit: 1 << 30, wantSource: "flag", wantGC: 400},
 		{name: "bytes", flag: "536870912", wantLimit: 1 << 29, wantSource: "flag", wantGC: 400},
-		{name: "off", flag: "off", files: map[string]string{"memory.max": "300000000\n"}, wantSource: "off", wantGC: 100},
-		{name: "zero", flag: "0", wantSource: "off", wantGC: 100},
+		{name: "off", flag: "off", files: map[string]string{"memory.max": "300000000\n"}, wantSource: "off", wantGC: 400, wantFollow: true},
+		{name: "zero", flag: "0", wantSource: "off", wantGC: 400, wantFollow: true},
 		{name: "explicit gc percent", flag: "1GiB", gcPercent: 150, wantLimit: 1 << 30, wantSource: "flag", wantGC: 150},
 		{name: "GOMEMLIMIT wins", flag: "270MB", env: map[string]string{"GOMEMLIMIT": "512MiB"},
 			wantLimit: 512 << 20, wantSource: "GOMEMLIMIT", wantGC: 400},
 		{name: "GOMEMLIMIT off wins", flag: "270MB", env: map[string]string{"GOMEMLIMIT": "off"},
-			wantSource: "GOMEMLIMIT", wantGC: 100},
+			wantSource: "GOMEMLIMIT", wantGC: 400, wantFollow: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cg := fakeCgroup(t, c.self, c.files)
@@ -79,8 +80,9 @@ func TestResolveMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.limit != c.wantLimit || m.source != c.wantSource || m.gcPercent != c.wantGC {
-				t.Errorf("got limit %d from %q, gc %d; want %d from %q, gc %d", m.limit, m.source, m.gcPercent, c.wantLimit, c.wantSource, c.wantGC)
+			if m.limit != c.wantLimit || m.source != c.wantSource || m.gcPercent != c.wantGC || m.followHeap != c.wantFollow {
+				t.Errorf("got limit %d from %q, gc %d, follow %v; want %d from %q, gc %d, follow %v",
+					m.limit, m.source, m.gcPercent, m.followHeap, c.wantLimit, c.wantSource, c.wantGC, c.wantFollow)
 			}
 		})
 	}
@@ -108,5 +110,28 @@ func TestResolveMemoryRefuses(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// Without a memory limit, auto's GC target lets the heap grow to 256 MiB or twice what is live,
+// whichever is larger, within 100% to 400%.
+func TestFollowGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 400},
+		{1 * mib, 400},
+		{51 * mib, 400},  // 256/51 - 1 = 4.02
+		{64 * mib, 300},  // the heap may reach 256 MiB
+		{100 * mib, 156}, // 256/100 - 1
+		{128 * mib, 100}, // twice what is live is 256 MiB
+		{129 * mib, 100}, // 1M keys' live heap: Go's default from here on
+		{10 << 30, 100},  // 10 GiB live: never below Go's default
+	} {
+		if got := followGCPercent(c.live); got != c.want {
+			t.Errorf("followGCPercent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		}
 	}
 }

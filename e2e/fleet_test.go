@@ -128,6 +128,15 @@ func fleet(t *testing.T, storeURL string) {
 		}
 	}
 	t.Logf("%d calls through 3 nodes", calls.Load())
+	// A decision that failed open (the store past its deadline) is not the store's: over the
+	// bound, it would be, and it would hide a store that double counts.
+	for i, n := range nodes {
+		for _, line := range strings.Split(n.get("/metrics"), "\n") {
+			if strings.HasPrefix(line, "sluice_checks_total{") && strings.Contains(line, `mode="fallback"`) {
+				t.Errorf("node %d decided without the store: %s", i, line)
+			}
+		}
+	}
 }
 
 func TestFleetOnRedis(t *testing.T) {

@@ -260,7 +260,11 @@ func serve(ctx context.Context, c serveConfig) error {
 		st.Close()
 		return err
 	}
-	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(m.StoreError), sluice.WithBurstHook(esc.Report)}
+	storeErrors := &storeErrorLog{log: log, now: time.Now}
+	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(func(err error) {
+		m.StoreError(err)
+		storeErrors.record(err)
+	}), sluice.WithBurstHook(esc.Report)}
 	if c.shadow {
 		opts = append(opts, sluice.WithShadow())
 	}

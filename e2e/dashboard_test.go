@@ -21,7 +21,7 @@ import (
 // the caller's remaining quota is the limit minus the checks sent.
 const dashboardPolicy = `
 rules:
-  - {name: per-user, key: [tenant, user], algorithm: fixed_window, limit: 1000, period: 1h}
+  - {name: per-user, key: [tenant, user], algorithm: sliding_window_log, limit: 1000, period: 1h}
 `
 
 // chromiumPath finds Debian's chromium (or SLUICE_CHROMIUM). Without one the browser tests

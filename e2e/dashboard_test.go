@@ -270,6 +270,7 @@ func TestDashboard(t *testing.T) {
 
 	// Live counters: nothing yet, then the traffic's decisions within a few polls.
 	b.goTo("overview")
+	b.waitText("no decisions before the traffic", "main table tbody", 5*time.Second, func(txt string) bool { return strings.Contains(txt, "No decisions yet.") })
 	const sent = 25
 	for i := range sent {
 		user := "ann"

@@ -21,7 +21,7 @@ import (
 // the caller's remaining quota is the limit minus the checks sent.
 const dashboardPolicy = `
 rules:
-  - {name: per-user, key: [tenant, user], algorithm: fixed_window, limit: 1000, period: 1h}
+  - {name: per-user, key: [tenant, user], algorithm: sliding_window_log, limit: 1000, period: 1h}
 `
 
 // chromiumPath finds Debian's chromium (or SLUICE_CHROMIUM). Without one the browser tests
@@ -270,6 +270,7 @@ func TestDashboard(t *testing.T) {
 
 	// Live counters: nothing yet, then the traffic's decisions within a few polls.
 	b.goTo("overview")
+	b.waitText("no decisions before the traffic", "main table tbody", 5*time.Second, func(txt string) bool { return strings.Contains(txt, "No decisions yet.") })
 	const sent = 25
 	for i := range sent {
 		user := "ann"

@@ -17,8 +17,8 @@ import (
 // check counts exactly once in the rule's totals; a second rule, smaller, denies some.
 const statsPolicy = `
 rules:
-  - {name: per-user, key: [tenant, user], algorithm: fixed_window, limit: 100000, period: 1h}
-  - {name: tight, key: [tenant, user], algorithm: fixed_window, limit: 10, period: 1h}
+  - {name: per-user, key: [tenant, user], algorithm: sliding_window_log, limit: 1000, period: 1h}
+  - {name: tight, key: [tenant, user], algorithm: sliding_window_log, limit: 10, period: 1h}
 `
 
 // TestFleetStatsAndTop runs two nodes on one PostgreSQL control store, sends traffic to both,

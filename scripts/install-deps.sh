@@ -22,6 +22,9 @@ has_postgres || need+=(postgresql)
 command -v etcd >/dev/null || need+=(etcd-server)
 # promtool checks the alerting rules in deploy/prometheus (Debian ships it with the server).
 command -v promtool >/dev/null || need+=(prometheus)
+# Headless chromium for the dashboard's browser tests (e2e TestDashboard, driven by chromedp),
+# with a font so that its screenshots have text.
+command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

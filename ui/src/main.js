@@ -203,6 +203,12 @@ function Chart({ points }) {
     if (!ref.current) return undefined;
     const xs = points.map((p) => Date.parse(p.at) / 1000);
     const data = [xs, points.map((p) => p.allowed), points.map((p) => p.soft), points.map((p) => p.denied)];
+    if (xs.length === 1) {
+      // One point alone makes uPlot spread the time axis over years: empty neighbours half an
+      // hour either side keep it to the hour around the point.
+      data[0] = [xs[0] - 1800, xs[0], xs[0] + 1800];
+      for (let i = 1; i < data.length; i++) data[i] = [null, data[i][0], null];
+    }
     const width = Math.max(320, Math.min(1100, ref.current.clientWidth || 900));
     const plot = new uPlot(
       {

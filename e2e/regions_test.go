@@ -355,8 +355,8 @@ func TestRegions(t *testing.T) {
 }
 
 // regionsAccuracy offers 3× the 1-minute limit (3,000) split 50/30/20 on the three sets at
-// once, from within the first half of a window: the limit is reached about 20 s in. The load
-// stops 6 s later: by then every region has seen the others' final counts and their rates
+// once, starting early enough in a window to end 10 s before it: the limit is reached about
+// 20 s after the start. The load stops 6 s later: by then every region has seen the others' final counts and their rates
 // have decayed (time constant 0.5 s), so the window admits nothing more.
 func regionsAccuracy(t *testing.T, sets []*regionSet) {
 	const (

@@ -31,22 +31,28 @@ type memoryFlags struct {
 // structures, pages not yet returned), so that the kernel's OOM killer is not the limit.
 const memoryLimitShare = 0.9
 
-// gcPercentLimited and gcPercentUnlimited bound the GC targets auto picks. Under a soft limit a
-// high target is safe, since the limit bounds the heap: the collector then runs rarely while the
-// live heap is small (at 100 it took ~20% of the CPU under load). Without one, a fixed 400 let
-// the heap grow to five times what is live (1.33M keys held 576 MB RSS) and a fixed 100 costs
-// the CPU above, so auto then follows the live heap (followGCPercent) between the two.
+// gcPercentLimited is the GC target auto picks under a soft memory limit, which bounds the
+// heap: the collector then runs rarely while the live heap is small (at 100 it took ~20% of the
+// CPU under load). gcPercentUnlimited is Go's own, for an operator who turned the limit off.
 const (
 	gcPercentLimited   = 400
 	gcPercentUnlimited = 100
 )
 
-// followHeapFloor is the heap a node without a memory limit may grow to before auto's GC target
-// drops below 400%: a small live heap is then collected rarely, and a large one at Go's default
-// 100% (twice what is live), never more than the larger of the two.
-const followHeapFloor = 256 << 20
+// followHeapFloor is the least soft limit auto sets on a node without a container limit: the
+// limit follows the live heap (followHeapRatio times it, never below this), so a small heap is
+// collected rarely and a large one holds a little less than Go's default 100% would. A fixed 400% without a limit let the heap
+// grow to five times what is live (1.33M keys held 576 MB RSS); a fixed 100% costs the CPU
+// above; and a limit, unlike a GC target, also makes the runtime return freed pages (1M keys:
+// ~352 MiB RSS at 100%, ~280 MiB under a limit of the same heap size). Process memory the limit
+// does not count (the binary, ~30 MiB idle) comes on top, hence 7/4 rather than 2: 1M keys
+// (~129 MiB live) then stay under 300 MB.
+const (
+	followHeapFloor = 224 << 20
+	followHeapRatio = 1.75
+)
 
-// followHeapEvery is how often the GC target is fitted to the live heap.
+// followHeapEvery is how often the soft limit is fitted to the live heap.
 const followHeapEvery = time.Second
 
 func (m *memoryFlags) register(f *pflag.FlagSet) {
@@ -59,7 +65,7 @@ type memorySettings struct {
 	limit     int64
 	source    string
 	gcPercent int
-	// followHeap: without a limit and with auto's GC target, the target follows the live heap.
+	// followHeap: with no container limit and none asked for, the soft limit follows the live heap.
 	followHeap bool
 }
 
@@ -96,32 +102,30 @@ func resolveMemory(flag string, gcPercent int, lookup func(string) (string, bool
 		return m, fmt.Errorf("--gc-percent: %d: want 1 or more, or 0 for auto", gcPercent)
 	case gcPercent > 0:
 		m.gcPercent = gcPercent
-	case m.limit > 0:
+	case m.limit > 0 || m.source == "none":
 		m.gcPercent = gcPercentLimited
 	default:
-		m.gcPercent = gcPercentLimited
-		m.followHeap = true
+		m.gcPercent = gcPercentUnlimited
 	}
+	// With no container limit and none asked for, the limit follows the live heap.
+	m.followHeap = m.source == "none" && gcPercent == 0
 	return m, nil
 }
 
-// followGCPercent is auto's GC target without a memory limit for a live heap of live bytes:
-// the one that lets the heap grow to followHeapFloor or to twice what is live, whichever is
-// larger, within 100% to 400%.
-func followGCPercent(live uint64) int {
-	if live == 0 {
-		return gcPercentLimited
-	}
-	p := float64(followHeapFloor)/float64(live)*100 - 100
-	return int(min(max(p, gcPercentUnlimited), gcPercentLimited))
+// followLimit is auto's soft memory limit without a container limit, for a live heap of live
+// bytes: followHeapRatio times it, never below followHeapFloor.
+func followLimit(live uint64) int64 {
+	return int64(max(followHeapFloor, followHeapRatio*float64(live)))
 }
 
-// followHeap fits the GC target to the live heap every followHeapEvery until ctx ends. The
-// runtime reports the live heap as of the last collection; a target changes only when it moves
-// by a tenth, since each change takes the runtime's heap lock.
+// followHeap fits the soft memory limit to the live heap every followHeapEvery until ctx ends.
+// The runtime reports the live heap as of the last collection; a heap that outgrows the limit
+// between two fittings makes the collector work harder (at most half the CPU, the runtime's
+// cap) until the next. The limit changes only when it moves by a tenth.
 func followHeap(ctx context.Context, log *slog.Logger) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	current := gcPercentLimited
+	current := followLimit(0)
+	debug.SetMemoryLimit(current)
 	t := time.NewTicker(followHeapEvery)
 	defer t.Stop()
 	for {
@@ -132,16 +136,21 @@ func followHeap(ctx context.Context, log *slog.Logger) {
 		}
 		metrics.Read(sample)
 		if sample[0].Value.Kind() != metrics.KindUint64 {
-			log.Warn("memory: the runtime reports no live heap; the GC target stays", "gc_percent", current)
+			log.Warn("memory: the runtime reports no live heap; the soft limit stays", "memory_limit", current)
 			return
 		}
-		p := followGCPercent(sample[0].Value.Uint64())
-		atBound := p == gcPercentUnlimited || p == gcPercentLimited
-		if p != current && (atBound || 10*abs(p-current) >= current) {
-			debug.SetGCPercent(p)
-			current = p
+		if l := followLimit(sample[0].Value.Uint64()); 10*abs(l-current) >= current {
+			debug.SetMemoryLimit(l)
+			current = l
 		}
 	}
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // parseMemoryLimit reads --memory-limit: auto, 0 or off, or a size (270MB is 270·10⁶ bytes,
@@ -270,18 +279,15 @@ func applyMemory(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(m.gcPercent)
 		gc = strconv.Itoa(m.gcPercent)
-		if m.followHeap {
-			gc = fmt.Sprintf("auto: %d to %d as the live heap grows", gcPercentLimited, gcPercentUnlimited)
-			go followHeap(ctx, log)
-		}
+	}
+	if _, set := os.LookupEnv("GOGC"); set {
+		m.followHeap = false // the operator chose how the collector runs
+	}
+	if m.followHeap {
+		m.source = "live heap: 1.75 times it, at least 224 MiB"
+		m.limit = followLimit(0)
+		go followHeap(ctx, log)
 	}
 	log.Info("memory settings", "memory_limit", m.limit, "memory_limit_source", m.source, "gc_percent", gc)
 	return nil
-}
-
-func abs(n int) int {
-	if n < 0 {
-		return -n
-	}
-	return n
 }

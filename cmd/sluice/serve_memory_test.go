@@ -65,13 +65,14 @@ func TestResolveMemory(t *testing.T) {
 		{name: "decimal size", flag: "270MB", wantLimit: 270_000_000, wantSource: "flag", wantGC: 400},
 		{name: "binary size", flag: "1GiB", wantLimit: 1 << 30, wantSource: "flag", wantGC: 400},
 		{name: "bytes", flag: "536870912", wantLimit: 1 << 29, wantSource: "flag", wantGC: 400},
-		{name: "off", flag: "off", files: map[string]string{"memory.max": "300000000\n"}, wantSource: "off", wantGC: 400, wantFollow: true},
-		{name: "zero", flag: "0", wantSource: "off", wantGC: 400, wantFollow: true},
+		{name: "off", flag: "off", files: map[string]string{"memory.max": "300000000\n"}, wantSource: "off", wantGC: 100},
+		{name: "zero", flag: "0", wantSource: "off", wantGC: 100},
+		{name: "auto without a cgroup, explicit gc percent", flag: "auto", gcPercent: 200, wantSource: "none", wantGC: 200},
 		{name: "explicit gc percent", flag: "1GiB", gcPercent: 150, wantLimit: 1 << 30, wantSource: "flag", wantGC: 150},
 		{name: "GOMEMLIMIT wins", flag: "270MB", env: map[string]string{"GOMEMLIMIT": "512MiB"},
 			wantLimit: 512 << 20, wantSource: "GOMEMLIMIT", wantGC: 400},
 		{name: "GOMEMLIMIT off wins", flag: "270MB", env: map[string]string{"GOMEMLIMIT": "off"},
-			wantSource: "GOMEMLIMIT", wantGC: 400, wantFollow: true},
+			wantSource: "GOMEMLIMIT", wantGC: 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cg := fakeCgroup(t, c.self, c.files)
@@ -113,25 +114,21 @@ func TestResolveMemoryRefuses(t *testing.T) {
 	}
 }
 
-// Without a memory limit, auto's GC target lets the heap grow to 256 MiB or twice what is live,
-// whichever is larger, within 100% to 400%.
-func TestFollowGCPercent(t *testing.T) {
+// Without a container limit, auto's soft limit is 1.75 times the live heap, never below 224 MiB.
+func TestFollowLimit(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
 		live uint64
-		want int
+		want int64
 	}{
-		{0, 400},
-		{1 * mib, 400},
-		{51 * mib, 400},  // 256/51 - 1 = 4.02
-		{64 * mib, 300},  // the heap may reach 256 MiB
-		{100 * mib, 156}, // 256/100 - 1
-		{128 * mib, 100}, // twice what is live is 256 MiB
-		{129 * mib, 100}, // 1M keys' live heap: Go's default from here on
-		{10 << 30, 100},  // 10 GiB live: never below Go's default
+		{0, 224 * mib},
+		{50 * mib, 224 * mib},
+		{128 * mib, 224 * mib},
+		{136 * mib, 238 * mib}, // about 1M keys' live heap
+		{8 << 30, 14 << 30},
 	} {
-		if got := followGCPercent(c.live); got != c.want {
-			t.Errorf("followGCPercent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		if got := followLimit(c.live); got != c.want {
+			t.Errorf("followLimit(%d MiB) = %d MiB, want %d MiB", c.live/mib, got/mib, c.want/mib)
 		}
 	}
 }

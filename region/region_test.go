@@ -31,7 +31,7 @@ type node struct {
 
 // startRegions starts one node per name, each with a memory store and a gRPC server on
 // loopback, every link through a proxy: links[a][b] carries a's calls to b.
-func startRegions(t *testing.T, yml string, sync time.Duration, names ...string) (map[string]*node, map[string]map[string]*testproxy.Proxy) {
+func startRegions(t *testing.T, yml string, sync, timeout time.Duration, names ...string) (map[string]*node, map[string]map[string]*testproxy.Proxy) {
 	t.Helper()
 	snap, err := policy.LoadFiles(map[string][]byte{"p.yaml": []byte(yml)})
 	if err != nil {
@@ -58,7 +58,7 @@ func startRegions(t *testing.T, yml string, sync time.Duration, names ...string)
 		}
 		mem := memory.New(memory.WithSweepInterval(0))
 		var lim *sluice.Limiter
-		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: time.Second}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
+		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: timeout}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func remoteOf(n *node, user string) int64 {
 func TestGlobalLimitOverGRPC(t *testing.T) {
 	t.Parallel()
 	const sync = 50 * time.Millisecond
-	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n", sync, "a", "b")
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n", sync, time.Second, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	for range 60 {
 		if d := check(t, a.lim, &sluice.Request{User: "ann"}); !d.Allowed {
@@ -186,7 +186,7 @@ func TestSyncBytesPerThousandKeys(t *testing.T) {
 	}
 	t.Parallel()
 	const sync = 100 * time.Millisecond
-	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h, regions: global}\n", sync, "a", "b")
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h, regions: global}\n", sync, time.Second, "a", "b")
 	a := nodes["a"]
 	users := make([]sluice.Request, 1000)
 	for i := range users {
@@ -217,7 +217,10 @@ func TestSyncBytesPerThousandKeys(t *testing.T) {
 // forwarded decision costs one round trip.
 func TestHomeForwarding(t *testing.T) {
 	t.Parallel()
-	nodes, links := startRegions(t, "rules:\n  - {name: per-second, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond, "a", "b", "c")
+	nodes, links := startRegions(t, "rules:\n  - {name: per-second, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond,
+		// A forwarded decision past the timeout fails open: a starved test process (race, CI)
+		// must not make one, or the count is not the home's.
+		30*time.Second, "a", "b", "c")
 	links["b"]["a"].Delay(20 * time.Millisecond)
 	admitted := 0
 	var wg sync.WaitGroup
@@ -265,7 +268,7 @@ func TestHomeForwarding(t *testing.T) {
 // changes nothing.
 func TestSyncRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, "a", "b")
+	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
 	a := nodes["a"]
 	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

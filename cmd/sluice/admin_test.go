@@ -210,9 +210,9 @@ func TestAdminCommands(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	stats, err := json.Marshal(fleetstats.NodeStats{Node: "node-a", At: e.clock.Now(), Store: "memory", StoreUp: true, P99Ms: 0.25, Decisions: 8,
-		RateWindow: 10, Rules: []fleetstats.RuleStats{{Rule: "per-user", Rate: fleetstats.Rates{Allowed: 0.5, Denied: 0.3},
-			Total: fleetstats.Counts{Allowed: 5, Denied: 3}, Top: sketch.Summary{Counters: []sketch.Counter{{Key: fleetstats.Consumer("acme", "bob", "", ""), Count: 8}}}}}})
+	stats, err := json.Marshal(fleetstats.NodeStats{NodeHealth: fleetstats.NodeHealth{Node: "node-a", At: e.clock.Now(), Store: "memory", StoreUp: true, P99Ms: 0.25, Decisions: 8,
+		RateWindow: 10}, Rules: []fleetstats.RuleStats{{Rule: "per-user", Rate: fleetstats.Rates{Allowed: 0.5, Denied: 0.3},
+		Total: fleetstats.Counts{Allowed: 5, Denied: 3}, Top: sketch.Summary{Counters: []sketch.Counter{{Key: fleetstats.Consumer("acme", "bob", "", ""), Count: 8}}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

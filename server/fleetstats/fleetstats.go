@@ -214,8 +214,16 @@ func (c *Collector) rule(name string) *ruleStats {
 	return r
 }
 
-// NodeStats is one node's statistics as its heartbeat carries them.
+// NodeStats is one node's statistics as its heartbeat carries them: its health, and its rules'.
 type NodeStats struct {
+	NodeHealth
+	Rules []RuleStats `json:"rules"`
+	// DroppedRules counts observations of rules past the bound on rules kept.
+	DroppedRules int64 `json:"dropped_rules,omitempty"`
+}
+
+// NodeHealth is a node's part of NodeStats and of Fleet: its store, breaker and latency.
+type NodeHealth struct {
 	Node string    `json:"node"`
 	At   time.Time `json:"at"`
 	// Store is the decision store's name; StoreUp whether it answered at the last sample;
@@ -230,10 +238,7 @@ type NodeStats struct {
 	// Decisions counts the latency's decisions over the same window.
 	Decisions int64 `json:"decisions"`
 	// RateWindow is the window rates are averaged over, in seconds.
-	RateWindow float64     `json:"rate_window_s"`
-	Rules      []RuleStats `json:"rules"`
-	// DroppedRules counts observations of rules past the bound on rules kept.
-	DroppedRules int64 `json:"dropped_rules,omitempty"`
+	RateWindow float64 `json:"rate_window_s"`
 }
 
 // RuleStats is one rule's part of NodeStats.
@@ -262,8 +267,8 @@ func (c *Collector) Snapshot() NodeStats {
 	c.rotate(now)
 	window := float64(c.secs)
 	s := NodeStats{
-		Node: c.o.Node, At: now.UTC(), Store: c.o.Store, StoreUp: c.storeUp, Breaker: c.breaker,
-		RateWindow: window, DroppedRules: c.dropped,
+		NodeHealth:   NodeHealth{Node: c.o.Node, At: now.UTC(), Store: c.o.Store, StoreUp: c.storeUp, Breaker: c.breaker, RateWindow: window},
+		DroppedRules: c.dropped,
 	}
 	s.P99Ms, s.Decisions = c.lat.p99()
 	for name, r := range c.rules {

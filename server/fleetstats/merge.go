@@ -26,25 +26,13 @@ type FleetRule struct {
 	Total Counts `json:"total"`
 }
 
-// NodeHealth is one node's part of Fleet: its store, breaker and latency.
-type NodeHealth struct {
-	Node       string    `json:"node"`
-	At         time.Time `json:"at"`
-	Store      string    `json:"store"`
-	StoreUp    bool      `json:"store_up"`
-	Breaker    string    `json:"breaker,omitempty"`
-	P99Ms      float64   `json:"p99_ms"`
-	Decisions  int64     `json:"decisions"`
-	RateWindow float64   `json:"rate_window_s"`
-}
-
 // Merge adds up nodes' statistics.
 func Merge(at time.Time, nodes []NodeStats) Fleet {
 	f := Fleet{At: at.UTC(), Rules: []FleetRule{}, Nodes: []NodeHealth{}}
 	rules := map[string]*FleetRule{}
 	for _, n := range nodes {
 		f.P99Ms = max(f.P99Ms, n.P99Ms)
-		f.Nodes = append(f.Nodes, NodeHealth{Node: n.Node, At: n.At, Store: n.Store, StoreUp: n.StoreUp, Breaker: n.Breaker, P99Ms: n.P99Ms, Decisions: n.Decisions, RateWindow: n.RateWindow})
+		f.Nodes = append(f.Nodes, n.NodeHealth)
 		for _, r := range n.Rules {
 			fr, ok := rules[r.Rule]
 			if !ok {

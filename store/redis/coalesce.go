@@ -126,7 +126,7 @@ func (l *lane) flush(flight []*pending) {
 	for _, p := range flight {
 		switch {
 		case p.state.Load() == pendingAbandoned:
-			l.s.pendings.Put(p) // its caller left: nothing is sent for it
+			l.s.recyclePending(p) // its caller left: nothing is sent for it
 		case !p.deadline.After(now):
 			p.err = context.DeadlineExceeded
 			l.s.answer(p)

@@ -216,7 +216,10 @@ func (e *etcdPolicy) watch(ctx context.Context, rt *controlplane.Runtime, m *met
 	rev := int64(0)
 	reload := func(why string) {
 		files, r, err := e.read(ctx)
-		if r > rev {
+		if r > 0 {
+			// The cluster's revision now, even below one seen before: a member restored from
+			// a backup, or a new cluster, counts from there, and a watch from the old revision
+			// would wait for revisions that came long ago.
 			rev = r
 		}
 		if err != nil {
@@ -268,6 +271,9 @@ func (e *etcdPolicy) watch(ctx context.Context, rt *controlplane.Runtime, m *met
 			reload("SIGHUP")
 		case <-reconnected:
 			reload("etcd reconnect")
+			// etcd's client resumes the watch from its own last revision, which a member with
+			// other data may never reach: watch from the read's.
+			rewatch()
 		case resp, ok := <-events:
 			if !ok || resp.Err() != nil || resp.Canceled {
 				// Compacted past our revision, no leader, or the stream ended: read it all
@@ -306,6 +312,11 @@ func (e *etcdPolicy) watchConnection(ctx context.Context, reconnected chan<- str
 	state := conn.GetState()
 	lost := state != connectivity.Ready
 	for conn.WaitForStateChange(ctx, state) {
+		if state == connectivity.Ready {
+			// It left Ready, however briefly: a reconnection fast enough to be Ready again by
+			// the next read of the state is still one, and the member may hold other data.
+			lost = true
+		}
 		state = conn.GetState()
 		switch {
 		case state == connectivity.Ready && lost:

@@ -267,6 +267,30 @@ func TestEtcdReconnectRereads(t *testing.T) {
 	}
 }
 
+// TestEtcdReconnectThenChange: the node reconnects to a member with other data (a new
+// cluster, empty, its revisions below those the node saw) before anything is written there;
+// a change made after must still be seen, though its revision is below the old watch's.
+func TestEtcdReconnectThenChange(t *testing.T) {
+	t.Parallel()
+	s := etcdtest.Start(t)
+	c := etcdClient(t, s)
+	for range 20 {
+		put(t, c, "/sluice/p/a.yaml", limitPolicy(2))
+	}
+	n := startEtcdNode(t, "etcd://"+s.Addr+"/sluice/p")
+	start := n.rt.Files().Version
+	failed := n.reloads(t, "error")
+
+	s.RestartEmpty(t)
+	// The node read the empty prefix on reconnect (refused, counted as a failed reload).
+	eventually(t, "the read of the empty cluster on reconnect", func() bool { return n.reloads(t, "error") > failed })
+	put(t, etcdClient(t, s), "/sluice/p/a.yaml", limitPolicy(9))
+	eventually(t, "the change after the reconnect", func() bool { return n.rt.Files().Version != start })
+	if got := n.allowedN(t, "eve", 10); got != 9 {
+		t.Fatalf("after the change: %d of 10 allowed, want 9", got)
+	}
+}
+
 func TestEtcdUnreachableAtStart(t *testing.T) {
 	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
@@ -51,12 +52,14 @@ func (r *Region) Start() error {
 	if r.cfg.TLS != nil {
 		creds = credentials.NewTLS(r.cfg.TLS)
 	}
-	// Reconnect attempts no further apart than a sync, so a healed link is used again within
-	// one (gRPC's default backoff grows to 2 minutes).
-	bo := backoff.Config{BaseDelay: r.cfg.Sync / 4, Multiplier: 1.6, Jitter: 0.2, MaxDelay: r.cfg.Sync}
+	// Reconnect attempts no further apart than half a sync (gRPC's default backoff grows to 2
+	// minutes), and watch syncs as soon as a link is ready: a healed link carries what the
+	// partition held back within one sync of the heal.
+	bo := backoff.Config{BaseDelay: r.cfg.Sync / 4, Multiplier: 1.6, Jitter: 0.2, MaxDelay: r.cfg.Sync / 2}
 	for _, p := range r.peers {
 		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.cfg.Timeout}))
+			grpc.WithPerRPCCredentials(tokenCredentials{header: "Bearer " + r.cfg.Token}),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.callTimeout()}))
 		if err != nil {
 			for _, q := range r.peers {
 				q.close()
@@ -65,9 +68,37 @@ func (r *Region) Start() error {
 		}
 		p.conn, p.rpc = conn, sluicev1.NewRegionsClient(conn)
 	}
+	for _, p := range r.peers {
+		r.done.Add(1)
+		go r.watch(p)
+	}
 	r.done.Add(1)
 	go r.loop()
 	return nil
+}
+
+// watch kicks the sync loop when p's connection becomes ready again: a healed link then
+// carries every count the partition held back at once, not at the next tick.
+func (r *Region) watch(p *peer) {
+	defer r.done.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-r.stop
+		cancel()
+	}()
+	p.conn.Connect()
+	state := p.conn.GetState()
+	for p.conn.WaitForStateChange(ctx, state) {
+		next := p.conn.GetState()
+		if next == connectivity.Ready && state != connectivity.Ready {
+			select {
+			case r.kick <- struct{}{}:
+			default: // a sync is due already
+			}
+		}
+		state = next
+	}
 }
 
 func (r *Region) loop() {
@@ -81,6 +112,7 @@ func (r *Region) loop() {
 		case <-r.stop:
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
 		now := r.nowMicros()
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
@@ -142,7 +174,7 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 	go func() {
 		defer r.done.Done()
 		defer p.inFlight.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.callTimeout())
 		defer cancel()
 		go func() {
 			select {
@@ -177,6 +209,14 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 		}
 		p.delay.Store(d)
 	}()
+}
+
+// callTimeout is the deadline of a Sync call and of a connection attempt: a call or a dial
+// stuck on a link that silently drops packets fails soon enough to be made again within a
+// second of the heal, rather than after --region-timeout; a second or ten syncs leaves room
+// for any round trip between regions.
+func (r *Region) callTimeout() time.Duration {
+	return min(r.cfg.Timeout, max(time.Second, 10*r.cfg.Sync))
 }
 
 // isUp reports whether p was heard from within the timeout.

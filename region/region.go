@@ -42,6 +42,10 @@ type Config struct {
 	Timeout time.Duration
 	// TLS, when set, is the client configuration for peers (--region-ca); nil is plaintext.
 	TLS *tls.Config
+	// Token is the secret every region's nodes share (--region-token-file): sent with every
+	// call to a peer, and required of every call to this node's Regions service. At least
+	// MinTokenLen bytes.
+	Token string
 	// Log receives peer state changes.
 	Log *slog.Logger
 	// Now is the clock (default time.Now); tests drive it.
@@ -78,6 +82,7 @@ type Region struct {
 	scratch sync.Pool // *scratch
 
 	stop chan struct{}
+	kick chan struct{} // a sync now: a peer's link is ready again
 	done sync.WaitGroup
 	once sync.Once
 }
@@ -89,6 +94,9 @@ type Region struct {
 func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapshot) (*Region, error) {
 	if msg := policy.ValidRegionName(cfg.Name); msg != "" {
 		return nil, fmt.Errorf("--region: %s", msg)
+	}
+	if len(cfg.Token) < MinTokenLen {
+		return nil, fmt.Errorf("--region-token-file: the region token must hold at least %d characters", MinTokenLen)
 	}
 	if cfg.Sync <= 0 {
 		cfg.Sync = 100 * time.Millisecond
@@ -103,7 +111,7 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 		cfg.Now = time.Now
 	}
 	r := &Region{cfg: cfg, inner: inner, reader: reader, now: cfg.Now, log: cfg.Log,
-		byName: map[string]int{}, stop: make(chan struct{})}
+		byName: map[string]int{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if pol != nil {
 		r.UsePolicy(pol)
 	}

@@ -22,6 +22,9 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 )
 
+// testToken is the region token of the tests' regions.
+const testToken = "test-region-token-0123456789"
+
 // node is one region of a test: its Region, Limiter and gRPC address.
 type node struct {
 	r    *Region
@@ -58,7 +61,7 @@ func startRegions(t *testing.T, yml string, sync, timeout time.Duration, names .
 		}
 		mem := memory.New(memory.WithSweepInterval(0))
 		var lim *sluice.Limiter
-		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: timeout}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
+		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: timeout, Token: testToken}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,12 +273,7 @@ func TestSyncRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
 	a := nodes["a"]
-	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rpc := sluicev1.NewRegionsClient(conn)
+	rpc := regionsClient(t, a.addr, testToken)
 	snap := a.lim.Policy()
 	var sc policy.Scratch
 	annKey := snap.Resolve(&sluice.Request{User: "ann"}, time.Time{}, &sc)[0].Key
@@ -313,6 +311,9 @@ func TestSyncRefusesBadInput(t *testing.T) {
 		{"bad period", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1}}}, "ops[0].period_us"},
 		{"bad limit", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: -1, PeriodUs: 1e6}}}, "ops[0].limit"},
 		{"negative cost", &sluicev1.DecideRequest{Region: "a", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: -1}}}, "ops[0].cost"},
+		{"idempotency key without ttl", &sluicev1.DecideRequest{Region: "a", IdempotencyKey: []byte("k"), Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: 1}}}, "idempotency_ttl_ms"},
+		{"idempotency ttl too long", &sluicev1.DecideRequest{Region: "a", IdempotencyKey: []byte("k"), IdempotencyTtlMs: 25 * 3600 * 1000, Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: 1}}}, "idempotency_ttl_ms"},
+		{"idempotency key too long", &sluicev1.DecideRequest{Region: "a", IdempotencyKey: make([]byte, maxKeyLen+1), IdempotencyTtlMs: 1000, Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 1, PeriodUs: 1e6, Cost: 1}}}, "idempotency_key"},
 	}
 	for _, c := range decides {
 		_, err := rpc.Decide(context.Background(), c.req)
@@ -323,6 +324,96 @@ func TestSyncRefusesBadInput(t *testing.T) {
 	var d sluice.Decision
 	if err := a.lim.Quota(context.Background(), &sluice.Request{}, &d); err != nil || d.Results[0].Remaining != 100 {
 		t.Fatalf("refused decides consumed: remaining %d, %v", d.Results[0].Remaining, err)
+	}
+}
+
+// regionsClient returns a Regions client of the node at addr that sends token (none when
+// empty).
+func regionsClient(t *testing.T, addr, token string) sluicev1.RegionsClient {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(tokenCredentials{header: "Bearer " + token}))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return sluicev1.NewRegionsClient(conn)
+}
+
+// TestRegionsNeedToken: a call without the region token, or with another, is refused before
+// its message is looked at, says nothing but "unauthenticated", and changes nothing; New
+// refuses a short token.
+func TestRegionsNeedToken(t *testing.T) {
+	t.Parallel()
+	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
+	a := nodes["a"]
+	snap := a.lim.Policy()
+	var sc policy.Scratch
+	annKey := snap.Resolve(&sluice.Request{User: "ann"}, time.Time{}, &sc)[0].Key
+	homeKey := snap.Rule("home").Head()
+	for name, tok := range map[string]string{"none": "", "wrong": "test-region-token-0123456780", "prefix": testToken[:len(testToken)-1]} {
+		rpc := regionsClient(t, a.addr, tok)
+		_, err := rpc.Sync(context.Background(), &sluicev1.SyncRequest{Region: "b", Counts: []*sluicev1.WindowCount{{Key: annKey, WindowStartUs: 1, Count: 5, Rate: 1}}})
+		if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "unauthenticated" {
+			t.Errorf("%s token: Sync: %v, want Unauthenticated", name, err)
+		}
+		_, err = rpc.Decide(context.Background(), &sluicev1.DecideRequest{Region: "zz", Ops: []*sluicev1.Op{{Key: homeKey, Algorithm: "fixed_window", Limit: 100, PeriodUs: 3.6e9, Cost: 7}}})
+		if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "unauthenticated" {
+			t.Errorf("%s token: Decide: %v, want Unauthenticated", name, err)
+		}
+	}
+	if n := len(a.r.table.keys); n != 0 {
+		t.Fatalf("refused syncs left %d keys", n)
+	}
+	var d sluice.Decision
+	if err := a.lim.Quota(context.Background(), &sluice.Request{}, &d); err != nil || d.Results[0].Remaining != 100 {
+		t.Fatalf("refused decides consumed: remaining %d, %v", d.Results[0].Remaining, err)
+	}
+	mem := memory.New()
+	defer mem.Close()
+	if _, err := New(Config{Name: "a", Token: "short"}, mem, mem, nil); err == nil || !strings.Contains(err.Error(), "at least 16") {
+		t.Fatalf("short token: %v", err)
+	}
+}
+
+// TestHomeForwardingIdempotent: a retry with the same idempotency key, forwarded home again,
+// is counted once at home, and its answer is the first one's; another key counts again.
+func TestHomeForwardingIdempotent(t *testing.T) {
+	t.Parallel()
+	nodes, _ := startRegions(t, "rules:\n  - {name: home, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond, 30*time.Second, "a", "b")
+	homeLeft := func() int64 {
+		var d sluice.Decision
+		if err := nodes["a"].lim.Quota(context.Background(), &sluice.Request{User: "u"}, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range d.Results {
+			if res.Rule == "home" {
+				return res.Remaining
+			}
+		}
+		t.Fatal("no home result")
+		return 0
+	}
+	first := check(t, nodes["b"].lim, &sluice.Request{User: "u", IdempotencyKey: "k1"})
+	if !first.Allowed || homeLeft() != 9 {
+		t.Fatalf("first: allowed %v, home left %d; want allowed, 9", first.Allowed, homeLeft())
+	}
+	again := check(t, nodes["b"].lim, &sluice.Request{User: "u", IdempotencyKey: "k1"})
+	if !again.Allowed || !again.Replayed || homeLeft() != 9 {
+		t.Fatalf("retry: allowed %v replayed %v, home left %d; want a replay and 9", again.Allowed, again.Replayed, homeLeft())
+	}
+	check(t, nodes["b"].lim, &sluice.Request{User: "u", IdempotencyKey: "k2"})
+	if homeLeft() != 8 {
+		t.Fatalf("another key: home left %d, want 8", homeLeft())
+	}
+	// The same key used for another cost is refused, at home as here, and consumes nothing.
+	var d sluice.Decision
+	err := nodes["b"].lim.Check(context.Background(), &sluice.Request{User: "u", IdempotencyKey: "k1", Cost: 3}, &d)
+	if err == nil || homeLeft() != 8 {
+		t.Fatalf("key reused for cost 3: err %v, home left %d; want an error and 8", err, homeLeft())
 	}
 }
 

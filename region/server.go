@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
@@ -23,6 +24,8 @@ const (
 	maxKeyLen   = 4096
 	maxCost     = 1 << 30
 	maxDecideOp = 64
+	// maxIdempotencyTTL bounds how long a home region keeps a forwarded batch's record.
+	maxIdempotencyTTL = 24 * time.Hour
 )
 
 // Register adds the sluice.v1.Regions service to s.
@@ -38,8 +41,11 @@ func invalid(field, format string, args ...any) error {
 }
 
 // Sync merges a peer's counts. The message is checked whole before anything is merged.
-func (s *server) Sync(_ context.Context, req *sluicev1.SyncRequest) (*sluicev1.SyncResponse, error) {
+func (s *server) Sync(ctx context.Context, req *sluicev1.SyncRequest) (*sluicev1.SyncResponse, error) {
 	r := s.r
+	if err := r.authorize(ctx); err != nil {
+		return nil, err
+	}
 	pi, ok := r.byName[req.GetRegion()]
 	if !ok {
 		return nil, invalid("region", "%q is not in this region's --regions", req.GetRegion())
@@ -69,6 +75,9 @@ func (s *server) Sync(_ context.Context, req *sluicev1.SyncRequest) (*sluicev1.S
 // Decide applies the ops of rules homed in this region for another region.
 func (s *server) Decide(ctx context.Context, req *sluicev1.DecideRequest) (*sluicev1.DecideResponse, error) {
 	r := s.r
+	if err := r.authorize(ctx); err != nil {
+		return nil, err
+	}
 	if req.GetRegion() != r.cfg.Name {
 		return nil, invalid("region", "this is region %q, not %q", r.cfg.Name, req.GetRegion())
 	}
@@ -104,11 +113,28 @@ func (s *server) Decide(ctx context.Context, req *sluicev1.DecideRequest) (*slui
 		params[i] = p
 		ops[i] = store.Op{Key: o.GetKey(), Params: &params[i], Cost: o.GetCost(), Shadow: o.GetShadow()}
 	}
+	b := &store.Batch{Ops: ops}
+	if k := req.GetIdempotencyKey(); len(k) > 0 {
+		ttl := time.Duration(req.GetIdempotencyTtlMs()) * time.Millisecond
+		switch {
+		case len(k) > maxKeyLen:
+			return nil, invalid("idempotency_key", "must be at most %d bytes", maxKeyLen)
+		case ttl <= 0 || ttl > maxIdempotencyTTL:
+			return nil, invalid("idempotency_ttl_ms", "must be from 1 to %d with an idempotency_key", maxIdempotencyTTL.Milliseconds())
+		}
+		b.IdempotencyKey, b.IdempotencyTTL = homeIdempotencyKey(k), ttl
+		// Bound to what is decided here, the same whichever region forwards the retry.
+		b.IdempotencyFingerprint, _ = store.FingerprintOf(ops, nil)
+	}
 	results := make([]algorithm.Result, len(ops))
-	if _, err := r.inner.Apply(ctx, &store.Batch{Ops: ops}, results); err != nil {
+	replayed, err := r.inner.Apply(ctx, b, results)
+	if errors.Is(err, store.ErrIdempotencyMismatch) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "home region %s: store: %v", r.cfg.Name, err)
 	}
-	resp := &sluicev1.DecideResponse{Results: make([]*sluicev1.OpResult, len(results))}
+	resp := &sluicev1.DecideResponse{Replayed: replayed, Results: make([]*sluicev1.OpResult, len(results))}
 	for i, a := range results {
 		resp.Results[i] = &sluicev1.OpResult{Allowed: a.Allowed, CostExceedsCapacity: a.Reason == algorithm.ReasonCostExceedsCapacity,
 			Remaining: a.Remaining, ResetAfterUs: a.ResetAfter, RetryAfterUs: a.RetryAfter, DelayUs: a.Delay}
@@ -123,7 +149,7 @@ func (s *server) Decide(ctx context.Context, req *sluicev1.DecideRequest) (*slui
 func (r *Region) applyHome(ctx context.Context, b *store.Batch, results []algorithm.Result, sc *scratch, rs *ruleSet) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	denied := false
+	denied, homeReplayed := false, false
 	isHome := make([]bool, len(b.Ops))
 	for len(sc.home) > 0 {
 		home := rs.byHead[string(headOf(b.Ops[sc.home[0]].Key))].home
@@ -149,9 +175,15 @@ func (r *Region) applyHome(ctx context.Context, b *store.Batch, results []algori
 				req.Ops[j].Cost = 0
 			}
 		}
+		if !denied && len(b.IdempotencyKey) > 0 {
+			req.IdempotencyKey, req.IdempotencyTtlMs = b.IdempotencyKey, max(1, b.IdempotencyTTL.Milliseconds())
+		}
 		resp, err := r.peers[pi].rpc.Decide(ctx, req)
 		if err == nil && len(resp.GetResults()) != len(these) {
 			err = errors.New("answer holds the wrong number of results")
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			return false, store.ErrIdempotencyMismatch
 		}
 		if err != nil {
 			return false, fmt.Errorf("%w: home region %s: %w", store.ErrUnavailable, home, err)
@@ -166,6 +198,7 @@ func (r *Region) applyHome(ctx context.Context, b *store.Batch, results []algori
 			if !a.GetAllowed() && !b.Ops[i].Shadow {
 				denied = true
 			}
+			homeReplayed = resp.GetReplayed()
 			isHome[i] = true
 		}
 	}
@@ -187,7 +220,7 @@ func (r *Region) applyHome(ctx context.Context, b *store.Batch, results []algori
 		local.IdempotencyKey, local.IdempotencyTTL, local.IdempotencyFingerprint = b.IdempotencyKey, b.IdempotencyTTL, b.IdempotencyFingerprint
 	}
 	if len(local.Ops) == 0 {
-		return false, nil
+		return homeReplayed, nil
 	}
 	res := make([]algorithm.Result, len(local.Ops))
 	replayed, err := r.inner.Apply(ctx, local, res)
@@ -200,6 +233,13 @@ func (r *Region) applyHome(ctx context.Context, b *store.Batch, results []algori
 	b.HotKey = local.HotKey
 	r.fixResults(b, results, sc, r.nowMicros())
 	return replayed, nil
+}
+
+// homeIdempotencyKey is where a home region keeps the record of a forwarded batch: apart from
+// the record of the whole request, which a retry sent to the home region itself would make
+// with other ops.
+func homeIdempotencyKey(k []byte) []byte {
+	return key.AppendValue(k[:len(k):len(k)], "home")
 }
 
 var (

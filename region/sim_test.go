@@ -25,6 +25,11 @@ type simConfig struct {
 	seed     uint64
 	naive    bool
 	algoName string
+	// cut, when cutTo > cutFrom, is the region whose links are down from cutFrom to cutTo
+	// after the start: nothing it sends or is sent arrives, and what a cut link missed is
+	// sent again after the heal, as the real sync does after a failed call.
+	cut            int
+	cutFrom, cutTo time.Duration
 }
 
 // simResult is what each window admitted, as a fraction of the limit: > 1 is overage.
@@ -58,7 +63,7 @@ func simulate(t testing.TB, c simConfig) simResult {
 		}
 		mem := memory.New(memory.WithClock(func() int64 { return now.UnixMicro() }), memory.WithSweepInterval(0))
 		var lim *sluice.Limiter
-		r, err := New(Config{Name: names[i], Peers: peers, Sync: c.sync, Now: clock, NoReservation: c.naive}, mem, mem,
+		r, err := New(Config{Name: names[i], Peers: peers, Sync: c.sync, Now: clock, NoReservation: c.naive, Token: testToken}, mem, mem,
 			func() *policy.Snapshot { return snap })
 		if err != nil {
 			t.Fatal(err)
@@ -82,7 +87,14 @@ func simulate(t testing.TB, c simConfig) simResult {
 	rate := c.load * float64(c.limit) / c.period.Seconds() // offered per second
 	step := time.Millisecond
 	phase := make([]time.Duration, n) // each region's sync ticks at its own phase
-	sent := make([]uint64, n)
+	sent := make([][]uint64, n) // sent[i][j]: change number up to which i delivered to j
+	for i := range sent {
+		sent[i] = make([]uint64, n)
+	}
+	isCut := func(i, j int) bool {
+		at := now.Sub(start)
+		return c.cutTo > c.cutFrom && at >= c.cutFrom && at < c.cutTo && (i == c.cut || j == c.cut)
+	}
 	for i := range phase {
 		phase[i] = time.Duration(rng.Int64N(int64(c.sync/step))) * step
 	}
@@ -97,6 +109,10 @@ func simulate(t testing.TB, c simConfig) simResult {
 		for _, q := range queue {
 			if q.at.After(now) {
 				kept = append(kept, q)
+				continue
+			}
+			if isCut(q.from, q.to) {
+				sent[q.from][q.to] = 0 // lost in flight: the next sync sends everything again
 				continue
 			}
 			r := regions[q.to]
@@ -115,12 +131,12 @@ func simulate(t testing.TB, c simConfig) simResult {
 			if err != nil {
 				t.Fatal(err)
 			}
-			entries := r.outbox(sent[i])
-			sent[i] = seq
 			for j := range regions {
-				if j != i {
-					queue = append(queue, delivery{at: now.Add(c.delay), from: i, to: j, entries: entries})
+				if j == i || isCut(i, j) {
+					continue
 				}
+				queue = append(queue, delivery{at: now.Add(c.delay), from: i, to: j, entries: r.outbox(sent[i][j])})
+				sent[i][j] = seq
 			}
 		}
 		// Arrivals in this millisecond, Poisson per region.
@@ -202,5 +218,33 @@ func TestAdmissionSimulation(t *testing.T) {
 	}
 	if naive.meanOver < 2*with.meanOver+0.002 {
 		t.Errorf("naive overage %.2f%% is not visibly above the reservation's %.2f%%", 100*naive.meanOver, 100*with.meanOver)
+	}
+}
+
+// TestPartitionSimulation cuts one region's links for 5 s under 3× load of a 1,000 per 20 s
+// limit, at several points of the window, on the real admission code: a cut that spans a
+// window's start is the hard case (every region was denying, so its admitted rate had fallen
+// to 0 when it went silent).
+func TestPartitionSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates minutes of traffic")
+	}
+	t.Parallel()
+	for _, from := range []time.Duration{5 * time.Second, 17500 * time.Millisecond, 19900 * time.Millisecond, 20100 * time.Millisecond} {
+		for _, cut := range []int{0, 1, 2} {
+			t.Run(fmt.Sprintf("cut-r%d-at-%s", cut, from), func(t *testing.T) {
+				t.Parallel()
+				c := simConfig{limit: 1000, period: 20 * time.Second, shares: []float64{0.5, 0.3, 0.2}, load: 3,
+					sync: 100 * time.Millisecond, delay: 50 * time.Millisecond, windows: 3, algoName: "fixed_window",
+					seed: 7, cut: cut, cutFrom: from, cutTo: from + 5*time.Second}
+				res := simulate(t, c)
+				t.Logf("admitted per window, of the limit: %.3f", res.admitted)
+				for w, a := range res.admitted {
+					if a > 1.01 || a < 0.97 {
+						t.Errorf("window %d admitted %.1f%% of the limit; want 97-101%%", w, 100*a)
+					}
+				}
+			})
+		}
 	}
 }

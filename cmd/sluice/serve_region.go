@@ -26,13 +26,20 @@ type regionFlags struct {
 	sync    time.Duration
 	timeout time.Duration
 	ca      string
+	// tokenFile holds the region token; SLUICE_REGION_TOKEN wins when set.
+	tokenFile string
 }
+
+// envRegionToken is the environment variable that holds the region token itself.
+const envRegionToken = "SLUICE_REGION_TOKEN"
+
 
 func (r *regionFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&r.name, "region", envDefault("SLUICE_REGION", ""), "this region's name; with --regions, rules with regions: global are one limit across the regions, and regions: home:NAME rules are decided in region NAME (SLUICE_REGION)")
 	f.StringVar(&r.regions, "regions", envDefault("SLUICE_REGIONS", ""), "the other regions, NAME=ADDR,NAME=ADDR: the gRPC address of a node or load balancer in each (SLUICE_REGIONS)")
 	f.DurationVar(&r.sync, "region-sync", durationEnv("SLUICE_REGION_SYNC", 100*time.Millisecond), "how often this region sends the others its counts of global rules (SLUICE_REGION_SYNC)")
 	f.DurationVar(&r.timeout, "region-timeout", durationEnv("SLUICE_REGION_TIMEOUT", 5*time.Second), "a region not heard from for this long is down (sluice_region_peer_up 0); its last rate is assumed meanwhile (SLUICE_REGION_TIMEOUT)")
+	f.StringVar(&r.tokenFile, "region-token-file", envDefault("SLUICE_REGION_TOKEN_FILE", ""), "file holding the secret every region's nodes share (at least 16 characters): sent with every call to another region, required of every call from one; "+envRegionToken+" wins when set (SLUICE_REGION_TOKEN_FILE)")
 	f.StringVar(&r.ca, "region-ca", envDefault("SLUICE_REGION_CA", ""), "PEM CA bundle that the other regions' gRPC certificates are checked against: region links use TLS (and present --tls-cert, if set, as the client certificate) (SLUICE_REGION_CA)")
 }
 
@@ -45,6 +52,8 @@ func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*re
 			return nil, errors.New("--regions: needs --region, this region's name")
 		case r.ca != "":
 			return nil, errors.New("--region-ca: needs --region")
+		case r.tokenFile != "":
+			return nil, errors.New("--region-token-file: needs --region")
 		}
 		return nil, nil
 	}
@@ -57,7 +66,11 @@ func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*re
 	if r.timeout <= r.sync {
 		return nil, fmt.Errorf("--region-timeout: %s: must be longer than --region-sync (%s)", r.timeout, r.sync)
 	}
-	cfg := &region.Config{Name: r.name, Peers: map[string]string{}, Sync: r.sync, Timeout: r.timeout, Log: log}
+	token, err := r.token()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &region.Config{Name: r.name, Peers: map[string]string{}, Sync: r.sync, Timeout: r.timeout, Log: log, Token: token}
 	for _, pair := range strings.Split(r.regions, ",") {
 		pair = strings.TrimSpace(pair)
 		if pair == "" {
@@ -96,7 +109,31 @@ func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*re
 			cfg.TLS.Certificates = []tls.Certificate{cert}
 		}
 	}
+	if cfg.TLS == nil && len(cfg.Peers) > 0 {
+		log.Warn("region links are plaintext (no --region-ca): the region token and counts travel in clear; keep the links on a private network")
+	}
 	return cfg, nil
+}
+
+// token returns the region token: SLUICE_REGION_TOKEN, else the file's first line. Its
+// value never reaches an error message or a log.
+func (r regionFlags) token() (string, error) {
+	tok := os.Getenv(envRegionToken)
+	if tok == "" && r.tokenFile != "" {
+		raw, err := os.ReadFile(r.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--region-token-file: %w", err)
+		}
+		tok, _, _ = strings.Cut(string(raw), "\n")
+	}
+	tok = strings.TrimSpace(tok)
+	switch {
+	case tok == "":
+		return "", fmt.Errorf("--region-token-file: needed with --region (or %s): the other regions' calls must prove they are theirs", envRegionToken)
+	case len(tok) < region.MinTokenLen:
+		return "", fmt.Errorf("--region-token-file: the region token must hold at least %d characters", region.MinTokenLen)
+	}
+	return tok, nil
 }
 
 // regionNode is a node's part in the regions, or nil for a node without --region.

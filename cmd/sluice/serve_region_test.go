@@ -18,7 +18,14 @@ func TestRegionFlags(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := regionFlags{name: "eu", regions: "us=us.example:8081, ap=ap.example:8081", sync: 100 * time.Millisecond, timeout: 5 * time.Second}
+	token, short := filepath.Join(dir, "token"), filepath.Join(dir, "short")
+	if err := os.WriteFile(token, []byte("0123456789abcdef-region\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, []byte("0123456789abcde\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := regionFlags{name: "eu", regions: "us=us.example:8081, ap=ap.example:8081", sync: 100 * time.Millisecond, timeout: 5 * time.Second, tokenFile: token}
 	with := func(f func(*regionFlags)) regionFlags { c := ok; f(&c); return c }
 	cases := []struct {
 		name  string
@@ -41,6 +48,10 @@ func TestRegionFlags(t *testing.T) {
 		{"timeout not above sync", with(func(c *regionFlags) { c.timeout = 100 * time.Millisecond }), "--region-timeout: 100ms: must be longer than --region-sync", 0},
 		{"missing ca", with(func(c *regionFlags) { c.ca = filepath.Join(dir, "missing.pem") }), "--region-ca: open", 0},
 		{"ca not PEM", with(func(c *regionFlags) { c.ca = notPEM }), "holds no PEM certificate", 0},
+		{"no token", with(func(c *regionFlags) { c.tokenFile = "" }), "--region-token-file: needed with --region", 0},
+		{"short token", with(func(c *regionFlags) { c.tokenFile = short }), "--region-token-file: the region token must hold at least 16", 0},
+		{"missing token file", with(func(c *regionFlags) { c.tokenFile = filepath.Join(dir, "missing") }), "--region-token-file: open", 0},
+		{"token without region", regionFlags{tokenFile: token}, "--region-token-file: needs --region", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,6 +60,9 @@ func TestRegionFlags(t *testing.T) {
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("err = %v, want %q", err, c.err)
+				}
+				if strings.Contains(err.Error(), "0123456789abcde") {
+					t.Fatalf("the error shows the token: %v", err)
 				}
 				return
 			}
@@ -63,6 +77,9 @@ func TestRegionFlags(t *testing.T) {
 			}
 			if len(cfg.Peers) != c.peers || cfg.Peers["us"] != "" && cfg.Peers["us"] != "us.example:8081" {
 				t.Fatalf("peers = %v", cfg.Peers)
+			}
+			if cfg.Token != "0123456789abcdef-region" {
+				t.Fatalf("token not read from the file's first line")
 			}
 		})
 	}

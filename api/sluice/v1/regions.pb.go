@@ -236,9 +236,15 @@ type DecideRequest struct {
 	// region is the region the sender takes the receiver for: a mismatch is refused.
 	Region string `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
 	// ops are decided as one batch.
-	Ops           []*Op `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ops []*Op `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	// idempotency_key, when set, is the request's idempotency key as the sender's store keys it:
+	// the home region remembers an allowed batch under it (scoped to the sender's region) for
+	// idempotency_ttl_ms, so a retry through the same region is counted once at home too.
+	IdempotencyKey []byte `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// idempotency_ttl_ms is how long the home region remembers the batch (> 0 with a key).
+	IdempotencyTtlMs int64 `protobuf:"varint,4,opt,name=idempotency_ttl_ms,json=idempotencyTtlMs,proto3" json:"idempotency_ttl_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DecideRequest) Reset() {
@@ -283,6 +289,20 @@ func (x *DecideRequest) GetOps() []*Op {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *DecideRequest) GetIdempotencyKey() []byte {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return nil
+}
+
+func (x *DecideRequest) GetIdempotencyTtlMs() int64 {
+	if x != nil {
+		return x.IdempotencyTtlMs
+	}
+	return 0
 }
 
 // Op is one limit to apply.
@@ -389,7 +409,9 @@ func (x *Op) GetShadow() bool {
 type DecideResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// results are the ops' results.
-	Results       []*OpResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*OpResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// replayed is set when the results are those remembered for the idempotency key.
+	Replayed      bool `protobuf:"varint,2,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +451,13 @@ func (x *DecideResponse) GetResults() []*OpResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *DecideResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 // OpResult is one op's result.
@@ -536,10 +565,12 @@ const file_sluice_v1_regions_proto_rawDesc = "" +
 	"\fSyncResponse\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1c\n" +
 	"\n" +
-	"sent_at_us\x18\x02 \x01(\x03R\bsentAtUs\"H\n" +
+	"sent_at_us\x18\x02 \x01(\x03R\bsentAtUs\"\x9f\x01\n" +
 	"\rDecideRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1f\n" +
-	"\x03ops\x18\x02 \x03(\v2\r.sluice.v1.OpR\x03ops\"\xa9\x01\n" +
+	"\x03ops\x18\x02 \x03(\v2\r.sluice.v1.OpR\x03ops\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\fR\x0eidempotencyKey\x12,\n" +
+	"\x12idempotency_ttl_ms\x18\x04 \x01(\x03R\x10idempotencyTtlMs\"\xa9\x01\n" +
 	"\x02Op\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x14\n" +
@@ -547,9 +578,10 @@ const file_sluice_v1_regions_proto_rawDesc = "" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12\x1b\n" +
 	"\tperiod_us\x18\x05 \x01(\x03R\bperiodUs\x12\x12\n" +
 	"\x04cost\x18\x06 \x01(\x03R\x04cost\x12\x16\n" +
-	"\x06shadow\x18\a \x01(\bR\x06shadow\"?\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"[\n" +
 	"\x0eDecideResponse\x12-\n" +
-	"\aresults\x18\x01 \x03(\v2\x13.sluice.v1.OpResultR\aresults\"\xdd\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x13.sluice.v1.OpResultR\aresults\x12\x1a\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xdd\x01\n" +
 	"\bOpResult\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x122\n" +
 	"\x15cost_exceeds_capacity\x18\x02 \x01(\bR\x13costExceedsCapacity\x12\x1c\n" +

@@ -87,7 +87,7 @@ func simulate(t testing.TB, c simConfig) simResult {
 	rate := c.load * float64(c.limit) / c.period.Seconds() // offered per second
 	step := time.Millisecond
 	phase := make([]time.Duration, n) // each region's sync ticks at its own phase
-	sent := make([][]uint64, n) // sent[i][j]: change number up to which i delivered to j
+	sent := make([][]uint64, n)       // sent[i][j]: change number up to which i delivered to j
 	for i := range sent {
 		sent[i] = make([]uint64, n)
 	}

@@ -33,7 +33,6 @@ type regionFlags struct {
 // envRegionToken is the environment variable that holds the region token itself.
 const envRegionToken = "SLUICE_REGION_TOKEN"
 
-
 func (r *regionFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&r.name, "region", envDefault("SLUICE_REGION", ""), "this region's name; with --regions, rules with regions: global are one limit across the regions, and regions: home:NAME rules are decided in region NAME (SLUICE_REGION)")
 	f.StringVar(&r.regions, "regions", envDefault("SLUICE_REGIONS", ""), "the other regions, NAME=ADDR,NAME=ADDR: the gRPC address of a node or load balancer in each (SLUICE_REGIONS)")

@@ -36,8 +36,10 @@ type client struct {
 	// succeeded that started at or below acked. A failed call sets sent back to acked, so
 	// the next call sends again everything the peer may have missed.
 	sent, acked uint64
-	inFlight    atomic.Int32
-	up          bool // as last logged
+	// full is when all tracked counts were last sent (µs), not only those that changed.
+	full     int64
+	inFlight atomic.Int32
+	up       bool // as last logged
 }
 
 func (c *client) close() {
@@ -74,6 +76,11 @@ func (r *Region) Start() error {
 	}
 	r.done.Add(1)
 	go r.loop()
+	if r.inbox != nil {
+		r.done.Add(2)
+		go r.writeInbox()
+		go r.readInbox()
+	}
 	return nil
 }
 
@@ -142,13 +149,18 @@ func (r *Region) loop() {
 	}
 }
 
-// send starts a Sync call to p with the counts changed since its last delivery.
+// send starts a Sync call to p with the counts changed since its last delivery, or with all
+// of them every Config.Resend: a peer whose nodes share the Syncs through their store's inbox may
+// have lost some (a trimmed inbox, a restarted node), and the full send makes that good.
 func (r *Region) send(p *peer, seq uint64, now int64) {
 	if p.inFlight.Load() >= maxInFlight {
 		return
 	}
 	p.mu.Lock()
 	from := p.sent
+	if now-p.full >= r.cfg.Resend.Microseconds() {
+		from, p.full = 0, now
+	}
 	p.sent = max(p.sent, seq)
 	p.mu.Unlock()
 	entries := r.outbox(from)
@@ -202,7 +214,7 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 		if from <= p.acked {
 			p.acked = max(p.acked, seq)
 		}
-		p.heard.Store(max(p.heard.Load(), r.nowMicros()))
+		storeMax(&p.heard, r.nowMicros())
 		d := rtt.Microseconds() / 2
 		if old := p.delay.Load(); old > 0 {
 			d = old + (d-old)/4

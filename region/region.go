@@ -50,6 +50,10 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock (default time.Now); tests drive it.
 	Now func() time.Time
+	// Resend is how often all tracked counts are sent to each peer, not only those that
+	// changed (default 30s): what a peer's node missed (a trimmed inbox, a restart) is made
+	// good within it.
+	Resend time.Duration
 	// NoReservation turns the reservation off: the naive merge, for comparisons only.
 	NoReservation bool
 }
@@ -79,6 +83,14 @@ type Region struct {
 	table  table
 	local  local
 
+	// inbox is the region's shared log of received Syncs, nil when the store keeps none
+	// (Inbox); nodeID marks this node's records in it. Sync queues records on inboxQ, and
+	// counts in inboxDropped those the full queue refused.
+	inbox        Inbox
+	nodeID       uint64
+	inboxQ       chan []byte
+	inboxDropped atomic.Int64
+
 	scratch sync.Pool // *scratch
 
 	stop chan struct{}
@@ -103,6 +115,9 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Resend <= 0 {
+		cfg.Resend = defaultResend
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -135,6 +150,9 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	}
 	r.table.init(len(r.peers))
 	r.local.init()
+	if ib, ok := reader.(Inbox); ok {
+		r.inbox, r.nodeID, r.inboxQ = ib, newNodeID(), make(chan []byte, inboxQueue)
+	}
 	r.scratch.New = func() any { return new(scratch) }
 	return r, nil
 }

@@ -40,35 +40,24 @@ func invalid(field, format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
 }
 
-// Sync merges a peer's counts. The message is checked whole before anything is merged.
+// Sync merges a peer's counts. The message is checked whole before anything is merged. It is
+// also queued for the region's inbox, when its store keeps one, so that the region's other
+// nodes learn it too; the call never waits for that.
 func (s *server) Sync(ctx context.Context, req *sluicev1.SyncRequest) (*sluicev1.SyncResponse, error) {
 	r := s.r
 	if err := r.authorize(ctx); err != nil {
 		return nil, err
 	}
-	pi, ok := r.byName[req.GetRegion()]
-	if !ok {
-		return nil, invalid("region", "%q is not in this region's --regions", req.GetRegion())
-	}
-	counts := make([]entry, len(req.GetCounts()))
-	for i, c := range req.GetCounts() {
-		switch {
-		case len(c.GetKey()) == 0 || len(c.GetKey()) > maxKeyLen:
-			return nil, invalid(fmt.Sprintf("counts[%d].key", i), "must be 1 to %d bytes", maxKeyLen)
-		case c.GetWindowStartUs() < 0:
-			return nil, invalid(fmt.Sprintf("counts[%d].window_start_us", i), "negative")
-		case c.GetCount() < 0:
-			return nil, invalid(fmt.Sprintf("counts[%d].count", i), "negative")
-		case math.IsNaN(c.GetRate()) || math.IsInf(c.GetRate(), 0) || (c.GetRate() < 0 && c.GetRate() != -1):
-			return nil, invalid(fmt.Sprintf("counts[%d].rate", i), "must be >= 0, or -1 for none")
-		}
-		counts[i] = entry{key: c.GetKey(), start: c.GetWindowStartUs(), count: c.GetCount(), rate: c.GetRate()}
+	pi, counts, err := r.checkSync(req)
+	if err != nil {
+		return nil, err
 	}
 	now := r.nowMicros()
+	r.postInbox(req, now)
 	r.receive(pi, counts, now)
 	p := r.peers[pi]
-	p.fromPeer.Store(now)
-	p.heard.Store(max(p.heard.Load(), now))
+	storeMax(&p.fromPeer, now)
+	storeMax(&p.heard, now)
 	return &sluicev1.SyncResponse{Region: r.cfg.Name, SentAtUs: req.GetSentAtUs()}, nil
 }
 

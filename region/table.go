@@ -141,7 +141,8 @@ func (r *Region) receive(pi int, counts []entry, now int64) {
 		if e.rate >= 0 {
 			pc.rate = e.rate
 		}
-		rk.updated = now
+		// A report read late from the inbox must not make the key look older than it is.
+		rk.updated = max(rk.updated, now)
 	}
 	t.mu.Unlock()
 }

@@ -106,3 +106,67 @@ func parseState(raw string) (algorithm.State, bool) {
 	}
 	return algorithm.State{T: n[0], V: n[1], W: n[2]}, true
 }
+
+// The region inbox (region.Inbox): a stream of the Syncs from other regions that reached any
+// node of this region, so that every node learns them. Its key starts like Sluice's other keys
+// but cannot be a bucket key, whose second part is a rule version of 8 hex digits; on a Cluster
+// the stream is one key, on one slot.
+const (
+	inboxKey = "sl:region:!inbox"
+	// inboxMaxLen bounds the stream, trimmed approximately (whole macro nodes, cheaply) as
+	// records are added: at ten Syncs a second from each of a few nodes of each other region,
+	// minutes of them. A node that falls further behind reads what is left, and the other
+	// regions' full sends (every 30 s) give it the rest.
+	inboxMaxLen = 10000
+	// inboxReadCount is the most records one read returns: a node that starts reads the
+	// stream's backlog over a few syncs rather than in one large reply.
+	inboxReadCount = 1000
+	inboxField     = "m"
+)
+
+var inboxMaxLenArg = strconv.Itoa(inboxMaxLen)
+
+// AppendInbox adds msgs to the region inbox in order, pipelined: one round trip
+// (region.Inbox).
+func (s *Store) AppendInbox(ctx context.Context, msgs [][]byte) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, len(msgs))
+	for _, m := range msgs {
+		cmds = append(cmds, s.client.B().Xadd().Key(inboxKey).Maxlen().Almost().Threshold(inboxMaxLenArg).
+			Id("*").FieldValue().FieldValue(inboxField, rueidis.BinaryString(m)).Build())
+	}
+	for _, r := range s.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("%w: redis append to region inbox: %w", store.ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// ReadInbox returns up to inboxReadCount records of the region inbox added after cursor, a
+// stream ID ("" reads from the oldest held), and the ID of the last one (region.Inbox). A
+// record without the expected field is returned empty, for the caller to skip.
+func (s *Store) ReadInbox(ctx context.Context, cursor string) ([][]byte, string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	start := "-"
+	if cursor != "" {
+		start = "(" + cursor // exclusive (Redis 6.2)
+	}
+	entries, err := s.client.Do(ctx, s.client.B().Xrange().Key(inboxKey).Start(start).End("+").Count(inboxReadCount).Build()).AsXRange()
+	if err != nil {
+		return nil, cursor, fmt.Errorf("%w: redis read region inbox after %q: %w", store.ErrUnavailable, cursor, err)
+	}
+	if len(entries) == 0 {
+		return nil, cursor, nil
+	}
+	msgs := make([][]byte, len(entries))
+	for i, e := range entries {
+		msgs[i] = []byte(e.FieldValues[inboxField])
+	}
+	return msgs, entries[len(entries)-1].ID, nil
+}

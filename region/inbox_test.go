@@ -1,0 +1,265 @@
+package region
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice"
+	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// The Redis store keeps the region inbox.
+var _ Inbox = (*redis.Store)(nil)
+
+const inboxPolicy = "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000, period: 1h, regions: global}\n"
+
+// logBuffer collects a node's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startRedisNode starts a node of region us on the Redis at addr, as its own process would:
+// its own connection to the store, Region, Limiter and gRPC server on loopback. Region eu's
+// address answers nothing, so what the node learns of eu comes through Syncs sent to the
+// region, never from its own calls to eu.
+func startRedisNode(t *testing.T, addr string, sync time.Duration, log *logBuffer) *node {
+	t.Helper()
+	snap, err := policy.LoadFiles(map[string][]byte{"p.yaml": []byte(inboxPolicy)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := redis.New(context.Background(), "redis://"+addr, redis.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lim *sluice.Limiter
+	cfg := Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Sync: sync, Timeout: 5 * time.Second, Token: testToken}
+	if log != nil {
+		cfg.Log = slog.New(slog.NewTextHandler(log, nil))
+	}
+	r, err := New(cfg, st, st, func() *policy.Snapshot { return lim.Policy() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim, err = sluice.New(r, snap); err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	r.Register(srv)
+	go srv.Serve(ln)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Stop()
+		lim.Close()
+	})
+	return &node{r: r, lim: lim, addr: ln.Addr().String()}
+}
+
+// keyOf returns the bucket key and parameters of user's quota on n.
+func keyOf(n *node, user string) ([]byte, int64) {
+	var sc policy.Scratch
+	lims := n.lim.Policy().Resolve(&sluice.Request{User: user}, time.Time{}, &sc)
+	return bytes.Clone(lims[0].Key), lims[0].Params.Period
+}
+
+// syncTo sends n one Sync from eu, as eu's sync would: user's count in the current window.
+func syncTo(t *testing.T, n *node, user string, count int64) {
+	t.Helper()
+	rpc := regionsClient(t, n.addr, testToken)
+	k, period := keyOf(n, user)
+	now := time.Now().UnixMicro()
+	req := &sluicev1.SyncRequest{Region: "eu", SentAtUs: now, SyncIntervalUs: 50_000,
+		Counts: []*sluicev1.WindowCount{{Key: k, WindowStartUs: now - now%period, Count: count, Rate: 0}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rpc.Sync(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInboxSharesSyncsAcrossNodes: two nodes of region us share one Redis; a Sync from eu
+// reaches only one of them, and the other holds eu's count within about a sync, counts eu
+// up, and decides against it.
+func TestInboxSharesSyncsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	const sync = 50 * time.Millisecond
+	srv := redistest.Start(t)
+	a := startRedisNode(t, srv.Addr, sync, nil)
+	b := startRedisNode(t, srv.Addr, sync, nil)
+	eu := b.r.peers[b.r.byName["eu"]]
+	if b.r.isUp(eu, b.r.nowMicros()) {
+		t.Fatal("b counts eu up before any Sync")
+	}
+
+	syncTo(t, a, "ann", 40)
+	if got := remoteOf(a, "ann"); got != 40 {
+		t.Fatalf("a, which the Sync reached, holds %d of eu's count, want 40", got)
+	}
+	took := waitFor(t, 10*time.Second, "b holds eu's count", func() bool { return remoteOf(b, "ann") == 40 })
+	t.Logf("b held the count a received %v later (sync %v)", took.Round(time.Millisecond), sync)
+	if !b.r.isUp(eu, b.r.nowMicros()) {
+		t.Error("b counts eu down after learning its Sync from the inbox")
+	}
+	if h := eu.fromPeer.Load(); h <= 0 || b.r.nowMicros()-h > (5*time.Second).Microseconds() {
+		t.Errorf("b's last report from eu is at %d, not recent: its lag would be wrong", h)
+	}
+
+	// The other way round, and the counts grow.
+	syncTo(t, b, "ann", 55)
+	waitFor(t, 10*time.Second, "a holds eu's count b received", func() bool { return remoteOf(a, "ann") == 55 })
+
+	// b decides against eu's share: 1000 less 55, less this request.
+	d := check(t, b.lim, &sluice.Request{User: "ann"})
+	if !d.Allowed || d.Remaining != 1000-55-1 {
+		t.Errorf("b's decision: allowed %v remaining %d, want allowed with %d", d.Allowed, d.Remaining, 1000-55-1)
+	}
+}
+
+// TestInboxSkipsBadRecords: records of the inbox that do not read or check are skipped whole
+// and logged, and the good ones around them are merged.
+func TestInboxSkipsBadRecords(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var log logBuffer
+	b := startRedisNode(t, srv.Addr, 50*time.Millisecond, &log)
+	other, err := redis.New(context.Background(), "redis://"+srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	ann, period := keyOf(b, "ann")
+	bob, _ := keyOf(b, "bob")
+	now := time.Now().UnixMicro()
+	start := now - now%period
+	rec := func(req *sluicev1.SyncRequest) []byte {
+		out, err := encodeInbox(7, now, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	good := rec(&sluicev1.SyncRequest{Region: "eu", SentAtUs: now, Counts: []*sluicev1.WindowCount{{Key: ann, WindowStartUs: start, Count: 7}}})
+	// bob's count is valid, ann's is not: the record is refused whole, bob's count with it.
+	halfBad := rec(&sluicev1.SyncRequest{Region: "eu", SentAtUs: now, Counts: []*sluicev1.WindowCount{
+		{Key: bob, WindowStartUs: start, Count: 500}, {Key: ann, WindowStartUs: start, Count: -1}}})
+	stranger := rec(&sluicev1.SyncRequest{Region: "mars", SentAtUs: now, Counts: []*sluicev1.WindowCount{{Key: bob, WindowStartUs: start, Count: 500}}})
+	wrongVersion := bytes.Clone(good)
+	wrongVersion[0] = 99
+	noTime := bytes.Clone(good)
+	clear(noTime[9:17])
+	garbage := append(bytes.Clone(good[:inboxHeader]), 0xff, 0xff, 0xff)
+	recs := [][]byte{{}, {1}, wrongVersion, noTime, garbage, halfBad, stranger, good}
+	if err := other.AppendInbox(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "b merges the good record", func() bool { return remoteOf(b, "ann") == 7 })
+	if got := remoteOf(b, "bob"); got != 0 {
+		t.Errorf("bob's count is %d, want 0: a bad record was merged in part", got)
+	}
+	waitFor(t, 20*time.Second, "b logs the skipped records", func() bool { return strings.Contains(log.String(), "records_skipped=7") })
+}
+
+// TestInboxRecordRoundTrip: a record reads back as written.
+func TestInboxRecordRoundTrip(t *testing.T) {
+	t.Parallel()
+	req := &sluicev1.SyncRequest{Region: "eu", SentAtUs: 12, SyncIntervalUs: 100_000,
+		Counts: []*sluicev1.WindowCount{{Key: []byte("sl:q:00000000"), WindowStartUs: 60_000_000, Count: 3, Rate: 1.5}}}
+	rec, err := encodeInbox(42, 1_700_000_000_000_000, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, at, got, err := decodeInbox(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node != 42 || at != 1_700_000_000_000_000 || !proto.Equal(got, req) {
+		t.Fatalf("read back node %d at %d %v, want 42 at 1700000000000000 %v", node, at, got, req)
+	}
+}
+
+// TestMemoryRegionHasNoInbox: a memory store's region is one node, and keeps no inbox.
+func TestMemoryRegionHasNoInbox(t *testing.T) {
+	t.Parallel()
+	mem := memory.New(memory.WithSweepInterval(0))
+	defer mem.Close()
+	r, err := New(Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Token: testToken}, mem, mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.inbox != nil {
+		t.Fatal("a memory region keeps an inbox")
+	}
+}
+
+// FuzzInboxRecord: whatever a record holds, merging it neither panics nor merges a count a
+// Sync could not carry.
+func FuzzInboxRecord(f *testing.F) {
+	mem := memory.New(memory.WithSweepInterval(0))
+	defer mem.Close()
+	r, err := New(Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Token: testToken}, mem, mem, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, req := range []*sluicev1.SyncRequest{
+		{Region: "eu", SentAtUs: 1, Counts: []*sluicev1.WindowCount{{Key: []byte("sl:q:00000000:a"), WindowStartUs: 0, Count: 1, Rate: -1}}},
+		{Region: "eu"},
+		{Region: "mars"},
+	} {
+		rec, err := encodeInbox(1, 5, req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(rec)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{inboxVersion})
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		if err := r.mergeInbox(rec); err != nil {
+			return
+		}
+		r.table.mu.RLock()
+		defer r.table.mu.RUnlock()
+		for k, rk := range r.table.keys {
+			for _, pc := range rk.per {
+				for _, w := range pc.win {
+					if w.count < 0 || w.start < 0 || len(k) == 0 || len(k) > maxKeyLen {
+						t.Fatalf("merged %q %+v from %x", k, w, rec)
+					}
+				}
+			}
+		}
+	})
+}

@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"sync"
 
@@ -23,11 +24,26 @@ const directoryEvery = 50
 // local is this region's side of the sync: the global keys it tracks, their last read state
 // and rate, and a sequence number of changes that each peer's delivery is measured against.
 type local struct {
+	// shards note the keys consumed since the last read, apart from l.mu, which the sync holds
+	// while it walks every key: a check takes only its key's shard, briefly.
+	shards [touchShards]touchShard
+	seed   maphash.Seed
+
+	mu    sync.Mutex
+	keys  map[string]*localKey
+	seq   uint64
+	ticks int
+}
+
+// touchShards is how many locks checks of global keys spread over.
+const touchShards = 32
+
+// touchShard is the part of the touched keys whose hash falls in it.
+type touchShard struct {
 	mu      sync.Mutex
-	touched map[string]*ruleInfo // consumed since the last read
-	keys    map[string]*localKey
-	seq     uint64
-	ticks   int
+	touched map[string]*ruleInfo // consumed since the last read, not yet tracked
+	tracked map[string]struct{}  // in l.keys: read every sync anyway
+	_       [64]byte             // keeps neighbouring shards' locks off one cache line
 }
 
 // localKey is one global key as last read from the region's store.
@@ -42,18 +58,41 @@ type localKey struct {
 }
 
 func (l *local) init() {
-	l.touched = map[string]*ruleInfo{}
+	l.seed = maphash.MakeSeed()
+	for i := range l.shards {
+		l.shards[i].touched = map[string]*ruleInfo{}
+		l.shards[i].tracked = map[string]struct{}{}
+	}
 	l.keys = map[string]*localKey{}
 }
 
-// touch notes that key, of a global rule, was consumed: the next read includes it. The string
-// is made once per key and sync, not per request.
+func (l *local) shard(key string) *touchShard {
+	return &l.shards[maphash.String(l.seed, key)%touchShards]
+}
+
+// touch notes that key, of a global rule, was consumed: the next read includes it. A key
+// already tracked is read every sync anyway; for another, the string is made once per sync.
 func (l *local) touch(key []byte, info *ruleInfo) {
-	l.mu.Lock()
-	if _, ok := l.touched[string(key)]; !ok {
-		l.touched[string(key)] = info
+	sh := &l.shards[maphash.Bytes(l.seed, key)%touchShards]
+	sh.mu.Lock()
+	if _, ok := sh.tracked[string(key)]; !ok {
+		if _, ok := sh.touched[string(key)]; !ok {
+			sh.touched[string(key)] = info
+		}
 	}
-	l.mu.Unlock()
+	sh.mu.Unlock()
+}
+
+// setTracked notes whether key is in l.keys, for touch.
+func (l *local) setTracked(key string, on bool) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	if on {
+		sh.tracked[key] = struct{}{}
+	} else {
+		delete(sh.tracked, key)
+	}
+	sh.mu.Unlock()
 }
 
 // read reads the region's counts of every tracked key from the store, updates their rates,
@@ -61,9 +100,17 @@ func (l *local) touch(key []byte, info *ruleInfo) {
 func (r *Region) read(ctx context.Context, now int64) (uint64, error) {
 	l := &r.local
 	rs := r.rulesNow()
+	want := map[string]*ruleInfo{}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, info := range sh.touched {
+			want[k] = info
+		}
+		clear(sh.touched)
+		sh.mu.Unlock()
+	}
 	l.mu.Lock()
-	want := l.touched
-	l.touched = map[string]*ruleInfo{}
 	for k, lk := range l.keys {
 		if _, ok := want[k]; !ok {
 			want[k] = lk.info
@@ -125,6 +172,7 @@ func (l *local) update(k []byte, info *ruleInfo, rs *ruleSet, st *algorithm.Stat
 		}
 		lk = &localKey{info: info, readAt: now - int64(rateTau)}
 		l.keys[string(k)] = lk
+		l.setTracked(string(k), true)
 	}
 	lk.info = info
 	period := max(info.period, 1)
@@ -175,6 +223,7 @@ func (r *Region) prune(acked uint64, now int64) {
 	for k, lk := range l.keys {
 		if lk.rate == 0 && lk.seq <= acked && now >= lk.st.T+2*max(lk.info.period, 1) {
 			delete(l.keys, k)
+			l.setTracked(k, false)
 		}
 	}
 	l.mu.Unlock()

@@ -1,8 +1,11 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +94,78 @@ func TestRegionReads(t *testing.T) {
 		srv := redistest.Start(t)
 		c := newClock()
 		checkRegionReads(t, connect(t, "redis://"+srv.Addr, c), c)
+	})
+}
+
+// checkInbox checks the region inbox on st: records read back in order after a cursor, an
+// empty read keeps the cursor, and the stream stays near its bound, a cursor it trimmed past
+// reading from the oldest record left.
+func checkInbox(t *testing.T, st *Store) {
+	t.Helper()
+	ctx := context.Background()
+	msgs, cur, err := st.ReadInbox(ctx, "")
+	if err != nil || len(msgs) != 0 || cur != "" {
+		t.Fatalf("empty inbox: read %q, cursor %q, err %v", msgs, cur, err)
+	}
+	in := [][]byte{[]byte("one"), {0, 1, 2, 0xff}, []byte("three")}
+	if err := st.AppendInbox(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	msgs, cur, err = st.ReadInbox(ctx, "")
+	if err != nil || len(msgs) != 3 || !slices.EqualFunc(msgs, in, bytes.Equal) {
+		t.Fatalf("read %q, err %v, want %q", msgs, err, in)
+	}
+	first := cur
+	if msgs, next, err := st.ReadInbox(ctx, cur); err != nil || len(msgs) != 0 || next != cur {
+		t.Fatalf("read after the last: %q, cursor %q (want %q), err %v", msgs, next, cur, err)
+	}
+	if err := st.AppendInbox(ctx, [][]byte{[]byte("four")}); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, _, err := st.ReadInbox(ctx, cur); err != nil || len(msgs) != 1 || string(msgs[0]) != "four" {
+		t.Fatalf("read after %s: %q, err %v, want [four]", cur, msgs, err)
+	}
+
+	// Past the bound the oldest records go, and a cursor among them reads what is left, at
+	// most inboxReadCount at a time.
+	many := make([][]byte, 3*inboxMaxLen)
+	for i := range many {
+		many[i] = []byte(strconv.Itoa(i))
+	}
+	if err := st.AppendInbox(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	n, err := st.client.Do(ctx, st.client.B().Xlen().Key(inboxKey).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < inboxMaxLen || n > inboxMaxLen*11/10 {
+		t.Fatalf("the inbox holds %d records, want about %d", n, inboxMaxLen)
+	}
+	msgs, _, err = st.ReadInbox(ctx, first)
+	if err != nil || len(msgs) != inboxReadCount {
+		t.Fatalf("read after a trimmed cursor: %d records, err %v, want %d", len(msgs), err, inboxReadCount)
+	}
+	if oldest, _ := strconv.Atoi(string(msgs[0])); int64(oldest) != int64(len(many))-n {
+		t.Fatalf("read after a trimmed cursor starts at %q, want the oldest held, %d", msgs[0], int64(len(many))-n)
+	}
+}
+
+// TestRegionInbox runs checkInbox on a Redis server and on a Cluster, where the inbox is one
+// key.
+func TestRegionInbox(t *testing.T) {
+	t.Parallel()
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		checkInbox(t, connect(t, "redis://"+srv.Addr, newClock()))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a 3-node Redis Cluster")
+		}
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3, 0)
+		checkInbox(t, connect(t, "redis-cluster://"+strings.Join(cl.Addrs, ","), newClock()))
 	})
 }

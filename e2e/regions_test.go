@@ -452,9 +452,8 @@ func regionsAccuracy(t *testing.T, sets []*regionSet) {
 
 // regionsPartition offers 3× the 20-second limit (1,000) and cuts every link of eu for 5 s
 // around the moment the limit is reached: nothing may fail; the window's admissions must stay
-// near the limit (each side assumes the other's last rate while it hears nothing; at the heal,
-// regions whose rates fell to 0 while denied may fill the freed room at once); and after the
-// heal every region must hold eu's counts, and eu theirs, within seconds.
+// near the limit (each side assumes the other's last rate while it hears nothing); and after
+// the heal every region must hold eu's counts, and eu theirs, about as soon as any sync.
 func regionsPartition(t *testing.T, s *regionSet) {
 	const (
 		limit  = 1000
@@ -509,11 +508,12 @@ func regionsPartition(t *testing.T, s *regionSet) {
 	t.Logf("partition of eu for 5 s: offered %d, admitted %d (us %d, eu %d, ap %d): overage %.2f%%, under-admission %.2f%%; converged %v after the heal (sync %v)",
 		offered, admitted, loads[0].admitted.Load(), loads[1].admitted.Load(), loads[2].admitted.Load(), over, under, took.Round(time.Millisecond), regionSync)
 	checkNoFailures(t, "partition", loads)
-	// Most runs end within 2% of the limit; 2 of 7 runs on an overloaded machine admitted
-	// 13.4% over, with a heal that took about 6 s to converge (cause not yet found: see the
-	// README, Multi-region global limits). The bound holds what every run so far did.
-	if over > 15 || under > 5 {
-		t.Errorf("partition: admitted %d of %d, want at most 15%% over and 5%% under", admitted, limit)
+	// Each side reserves the other's last rate while it hears nothing, so the window stays near
+	// the limit (region/sim_test.go's TestPartitionSimulation: within 1% wherever the cut falls).
+	// Before calls and dials gave up after a second, 2 of 7 runs on an overloaded machine
+	// admitted 13.4% over, their links stuck for about 6 s after the heal; since, 0 to 0.2%.
+	if over > 5 || under > 5 {
+		t.Errorf("partition: admitted %d of %d, want at most 5%% over and 5%% under", admitted, limit)
 	}
 	// A healed link reconnects within half a sync (gRPC's backoff is capped there) and syncs
 	// at once: about a sync on an idle machine. Race-built processes on two cores shared with

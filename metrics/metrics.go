@@ -132,7 +132,7 @@ func (m *Metrics) ObserveDescriptors(api string, d *sluice.DescriptorDecision, e
 		}
 		rule := st.Name
 		if rule == "" && st.Limit != nil {
-			rule = st.Limit.Domain + "/" + st.Limit.ID
+			rule = st.Limit.Label()
 		}
 		result, state, stMode := "allowed", "normal", mode
 		if !st.OK {

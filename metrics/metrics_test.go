@@ -2,11 +2,13 @@ package metrics_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 func TestRequestsWithoutIdentityCounted(t *testing.T) {
@@ -66,5 +68,39 @@ func TestTenantThrottleReplacesTheSet(t *testing.T) {
 	}
 	if len(got) != 1 || got["b"] != 0.75 {
 		t.Fatalf("sluice_tenant_throttle_ratio = %v, want only b = 0.75 (the last set replaces the earlier)", got)
+	}
+}
+
+// TestObserveDescriptorsAllocatesNothing: an RLS decision under an unnamed limit is counted
+// under domain/id without building that label on every call.
+func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
+	cfg, err := envoyconf.Load(map[string][]byte{"rls.yaml": []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := cfg.Limits("bench")[0]
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "memory")
+	d := &sluice.DescriptorDecision{Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim}}}
+	m.ObserveDescriptors("rls", d, time.Millisecond) // creates the counter
+	if n := testing.AllocsPerRun(100, func() { m.ObserveDescriptors("rls", d, time.Millisecond) }); n != 0 {
+		t.Fatalf("%v allocations per decision, want 0", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "rule" && l.GetValue() == "bench/user" && mt.GetCounter() != nil {
+					got += mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got != 102 {
+		t.Fatalf("bench/user counted %v, want 102 (AllocsPerRun runs once more than asked)", got)
 	}
 }

@@ -75,10 +75,23 @@ type Limit struct {
 	File string // the file that defined the limit, as named to Load
 	Line int    // the line of its rate_limit
 
+	// label is Domain/ID, made once at load: metrics and usage name an unnamed limit by it on
+	// every decision.
+	label string
+
 	// shared[i] is the wildcard pattern that stands for the request's value at level i when
 	// the ancestor matched there has share_threshold: true, "" elsewhere; nil when no level
 	// shares. A limit is reachable only through its ancestors, so this is known at load time.
 	shared []string
+}
+
+// Label names the limit where it has no name of its own, as metrics and usage records do:
+// "domain/id".
+func (l *Limit) Label() string {
+	if l.label == "" {
+		return l.Domain + "/" + l.ID // a Limit not made by Load
+	}
+	return l.label
 }
 
 // Match is the outcome of matching one descriptor. Limit is nil when nothing applies.

@@ -480,6 +480,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 		if n.limit != nil {
 			l := n.limit
 			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, toMetric, md
+			l.label = l.Domain + "/" + id
 			l.OnStoreError = mode
 			if slices.ContainsFunc(shared, func(s string) bool { return s != "" }) {
 				l.shared = shared

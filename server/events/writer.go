@@ -109,7 +109,7 @@ func (r *Recorder) add(c *counts, e *event) {
 		res := &e.results[i]
 		rule := res.rule
 		if rule == "" && res.envoy != nil {
-			rule = res.envoy.Domain + "/" + res.envoy.ID
+			rule = res.envoy.Label()
 		}
 		rule = storable(rule, control.MaxNameLen)
 		if rule == "" {

@@ -123,7 +123,7 @@ func TestCoalescedErrorsStayTheirs(t *testing.T) {
 	pendings := make([]*pending, 3)
 	for i, k := range [][]byte{good, bad, gone} {
 		g := st.group(&store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, new(scratch))[0]
-		g.args[0], g.args[1], g.args[2] = fmt.Sprint(c.Now()), "0", "1"
+		g.args[0] = fmt.Sprintf("1,1,%d,0,", c.Now()) // one op, one key, the test's clock
 		pd := st.pendings.Get().(*pending)
 		pd.keys, pd.args = g.keys, g.args
 		pd.deadline = time.Now().Add(10 * time.Second)

@@ -103,6 +103,19 @@ local function window(p, now) return now - imod(now, p.period) end
 -- NO_LOG is the log of every state but sliding_window_log's: always empty, never written.
 local NO_LOG = {}
 
+-- number reads a decimal integer. The parts of the states a call reads repeat (a window's
+-- start, a small count, a fingerprint), and a table lookup of an interned string is several
+-- times cheaper than tonumber's strtod, so they are kept, a bounded number of them.
+local numbers, numbers_size = {}, 0
+local function number(str)
+  local x = numbers[str]
+  if x then return x end
+  x = tonumber(str)
+  if numbers_size >= 4096 then numbers, numbers_size = {}, 0 end
+  numbers[str], numbers_size = x, numbers_size + 1
+  return x
+end
+
 -- load_state reads a key's state into s (a table of the caller's, every field overwritten),
 -- stored as the string "t:v:w" (one GET is several times cheaper inside a script than a
 -- hash's HMGET), and for sliding_window_log the entries of its log list ("at:cost"
@@ -112,8 +125,10 @@ local function load_state(key, log_key, kind, s)
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
   local raw = redis.call('GET', key)
   if raw then
-    local t, v, w = string.match(raw, '^(-?%d+):(-?%d+):(-?%d+)$')
-    s.t, s.v, s.w = tonumber(t), tonumber(v), tonumber(w)
+    -- A character class matches at half the cost of %d+; a state that is not three integers
+    -- still fails, at its first use as a number.
+    local t, v, w = string.match(raw, '^([^:]*):([^:]*):(.*)$')
+    s.t, s.v, s.w = number(t), number(v), number(w)
   end
   if kind == SLIDING_WINDOW_LOG then
     s.log = {}

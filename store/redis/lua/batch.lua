@@ -20,12 +20,27 @@
 local DECIDED, REPLAYED, MISMATCH = 0, 1, 2
 
 -- UNDO_WIDTH is how many values an op's undo record holds (see batch_at).
-local UNDO_WIDTH = 6
+local UNDO_WIDTH = 8
 
 -- The scratch of batch_at, overwritten by each batch (see prelude.lua): per op i, its op, its
--- state (ops on one key share one), its result and the expiry its commit asks for; the
--- batch's distinct states; the undo records; look, the result of a look after a denial.
-local op_p, op_s, op_r, op_idle, states, undo, look = {}, {}, {}, {}, {}, {}, {}
+-- state, its result and the expiry its commit asks for; the undo records; op_done, how many
+-- ops of the running batch have been decided (see rollback); look, the result of a look after
+-- a denial.
+local op_p, op_s, op_r, op_idle, undo, look = {}, {}, {}, {}, {}, {}
+local op_done = 0
+
+-- The states a call has read, by key, and in the order it read them. The batches of one call
+-- share them: a key that several requests of the call use (a tenant's, an endpoint's, the
+-- global one) is read once and written once per call rather than once per request, which is
+-- most of what a limit costs Redis. A script runs alone, so no one else changes a key in
+-- between; write_states writes what changed when the call's batches are decided. The tables
+-- are kept for the next call (see prelude.lua).
+local states_by_key, states, nstates = {}, {}, 0
+
+-- begin_call forgets the states of the call before.
+local function begin_call()
+  states_by_key, nstates = {}, 0
+end
 
 -- parse_head reads a batch's head: n, nk, now (nil for Redis TIME), ttl, fp.
 local function parse_head(head)
@@ -46,10 +61,33 @@ local function expire_string(ms)
   return last_expire_str
 end
 
+-- undo_ops undoes the commits of the first n ops of the batch, last first, counters' too when
+-- counters is true.
+local function undo_ops(n, counters)
+  for i = n, 1, -1 do
+    local u = (i - 1) * UNDO_WIDTH
+    if undo[u + 1] and (counters or op_p[i].mode ~= MODE_COUNTER) then
+      local s, len, last = op_s[i], undo[u + 4], undo[u + 5]
+      s.t, s.v, s.w = undo[u + 1], undo[u + 2], undo[u + 3]
+      for j = #s.log, len + 1, -1 do s.log[j] = nil end
+      if last then s.log[len][2] = last end
+      s.last_changed, s.dirty, s.idle = undo[u + 6], undo[u + 7], undo[u + 8]
+    end
+  end
+end
+
+-- rollback undoes what the batch that just failed had committed, so that the call's states,
+-- written at its end, hold none of it: a failed batch consumes nothing.
+local function rollback()
+  undo_ops(op_done, true)
+end
+
 -- batch_at decides the batch whose KEYS start after ko and ARGV (its ops) after ao, with the
 -- head's values, and appends its reply to out, which holds o values; it returns the new count.
--- multi.lua packs several batches in one call.
+-- multi.lua packs several batches in one call. It writes nothing but the idempotency record:
+-- write_states writes the states once the call's batches are decided.
 local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
+  op_done = 0
   -- The record is "expires_at_µs|fingerprint|v,v,...", written only for an allowed batch. Its
   -- expiry is checked against the script's clock, not only left to PX, so that a test clock
   -- governs it as it governs the limits.
@@ -75,20 +113,15 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
     end
   end
 
-  -- What each commit changed, for a sibling's denial to undo: UNDO_WIDTH values per op in one
-  -- flat array (t, v, w, log length, last entry's cost or false, last_changed), or false
-  -- first when the op has none. A lone op has no sibling to deny it, so it never undoes.
-  local denied, k, nstates = false, ko, 0
+  -- What each commit changed, for a sibling's denial (or a failure) to undo: UNDO_WIDTH
+  -- values per op in one flat array (t, v, w, log length, last entry's cost or false,
+  -- last_changed, dirty, idle), or false first when the op has none. A lone op has no
+  -- sibling to deny it, and nothing after its commit can fail but the record's write.
+  local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
     local p = parse_op(ARGV[ao + i])
     local key = KEYS[k + 1]
-    local s = nil
-    for j = 1, i - 1 do
-      if op_s[j].key == key then
-        s = op_s[j]
-        break
-      end
-    end
+    local s = states_by_key[key]
     if not s then
       nstates = nstates + 1
       s = states[nstates]
@@ -97,6 +130,7 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
         states[nstates] = s
       end
       load_state(key, KEYS[k + 2], p.kind, s)
+      states_by_key[key] = s
     elseif p.kind == SLIDING_WINDOW_LOG and s.log == NO_LOG then
       s.log = {} -- a log op on a key another kind loaded: NO_LOG stays empty
     end
@@ -112,29 +146,21 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
     if not r.allowed then
       if p.mode == MODE_BINDING then denied = true end
     elseif cost > 0 then
-      -- A counter counts whatever its siblings decide: it keeps no undo record.
-      if n > 1 and p.mode ~= MODE_COUNTER then
+      if keep then
         local last = false
         if #s.log >= s.head then last = s.log[#s.log][2] end
-        undo[u + 1], undo[u + 2], undo[u + 3] = s.t, s.v, s.w
-        undo[u + 4], undo[u + 5], undo[u + 6] = #s.log, last, s.last_changed
+        undo[u + 1], undo[u + 2], undo[u + 3], undo[u + 4] = s.t, s.v, s.w, #s.log
+        undo[u + 5], undo[u + 6], undo[u + 7], undo[u + 8] = last, s.last_changed, s.dirty, s.idle
       end
       op_idle[i] = p.alg.commit(p, s, now, cost)
       s.dirty = true
     end
+    op_done = i
   end
 
   if denied then
-    for i = n, 1, -1 do
-      local u = (i - 1) * UNDO_WIDTH
-      if undo[u + 1] then
-        local s, len, last = op_s[i], undo[u + 4], undo[u + 5]
-        s.t, s.v, s.w = undo[u + 1], undo[u + 2], undo[u + 3]
-        for j = #s.log, len + 1, -1 do s.log[j] = nil end
-        if last then s.log[len][2] = last end
-        s.last_changed, s.dirty = undo[u + 6], false
-      end
-    end
+    -- A counter counts whatever its siblings decide: its commit stands.
+    undo_ops(n, false)
     -- Allowed ops of a denied batch consumed nothing: report what they really have left.
     -- Counters did consume, and their states stay dirty: they are written below.
     for i = 1, n do
@@ -152,27 +178,6 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
       s.idle = imax(s.idle, idle)
     end
   end
-  -- Write each changed state once (ops on one key share it). Keys expire when the state is
-  -- as good as fresh.
-  for i = 1, nstates do
-    local s = states[i]
-    if s.dirty then
-      local expire_ms = expire_string(ceil_div(s.idle, 1000))
-      save_state(s, expire_ms)
-      if s.kind == SLIDING_WINDOW_LOG then
-        if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
-        if s.last_changed then
-          local e = s.log[s.loaded]
-          redis.call('LSET', s.log_key, s.loaded - s.head, fmt(e[1]) .. ':' .. fmt(e[2]))
-        end
-        for j = imax(s.loaded + 1, s.head), #s.log do
-          redis.call('RPUSH', s.log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
-        end
-        redis.call('PEXPIREAT', s.log_key, expire_ms)
-      end
-    end
-  end
-
   local o0 = o
   out[o + 1], out[o + 2] = DECIDED, now
   o = o + 2
@@ -202,6 +207,36 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
   return o
 end
 
+-- write_states writes each state the call changed, once. Keys expire when the state is as
+-- good as fresh: at the latest time any of the call's commits asked for.
+local function write_states()
+  for i = 1, nstates do
+    local s = states[i]
+    if s.dirty then
+      local expire_ms = expire_string(ceil_div(s.idle, 1000))
+      save_state(s, expire_ms)
+      if s.kind == SLIDING_WINDOW_LOG then
+        if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
+        if s.last_changed then
+          local e = s.log[s.loaded]
+          redis.call('LSET', s.log_key, s.loaded - s.head, fmt(e[1]) .. ':' .. fmt(e[2]))
+        end
+        for j = imax(s.loaded + 1, s.head), #s.log do
+          redis.call('RPUSH', s.log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
+        end
+        redis.call('PEXPIREAT', s.log_key, expire_ms)
+      end
+    end
+  end
+  -- Drop the keys and logs the states hold, so that the tables kept for the next call keep
+  -- nothing alive.
+  for i = 1, nstates do
+    local s = states[i]
+    s.key, s.log_key, s.log = nil, nil, NO_LOG
+  end
+  states_by_key, nstates = {}, 0
+end
+
 -- redis_time reads Redis TIME in µs, once per call however many batches use it.
 local function redis_time()
   local now = nil
@@ -216,9 +251,11 @@ end
 
 local function batch(KEYS, ARGV)
   bind_math()
+  begin_call()
   local n, nk, now, ttl, fp = parse_head(ARGV[1])
   if not now then now = redis_time()() end
   local out = {}
   batch_at(KEYS, ARGV, 0, 1, n, nk, now, ttl, fp, out, 0)
+  write_states()
   return out
 end

@@ -11,6 +11,7 @@
 
 local function multi(KEYS, ARGV)
   bind_math()
+  begin_call()
   local clock = redis_time()
   local out, o = {}, 0
   local ko, ao, na = 0, 0, #ARGV
@@ -21,7 +22,8 @@ local function multi(KEYS, ARGV)
     if ok then
       o = r
     else
-      -- Drop what the batch had answered before it failed.
+      -- Drop what the batch had answered and committed before it failed.
+      rollback()
       for j = #out, o + 1, -1 do out[j] = nil end
       o = o + 1
       if type(r) == 'table' and r.err then
@@ -32,5 +34,6 @@ local function multi(KEYS, ARGV)
     end
     ko, ao = ko + nk, ao + 1 + n
   end
+  write_states()
   return out
 end

@@ -536,6 +536,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		}
 		for gi, reply := range replies {
 			answers[gi].vals, answers[gi].err = decodeReply(reply, len(groups[gi].ops), sc.vals(gi))
+			sc.decoded[gi] = answers[gi].vals // grown, kept for the next call
 		}
 	}
 	replayed, denied, reused := false, false, false

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,4 +62,80 @@ func BenchmarkApply(b *testing.B) {
 		}
 		st.Close()
 	}
+}
+
+// BenchmarkRedisCPU measures Redis's own CPU per request (INFO cpu, used_cpu_user and
+// used_cpu_sys: script execution and network work alike) for the load shape of
+// scripts/redisbench.sh: fixed windows of 1 s, one limit per descriptor (100K users, 1,000
+// tenants, 100 endpoints, one global), 50 callers, coalescing on. Redis's CPU is counted by
+// Redis itself, so the figure holds up on a busy machine better than a rate does.
+//
+//	go test -run '^$' -bench BenchmarkRedisCPU -benchtime 100000x ./store/redis/
+func BenchmarkRedisCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	st, err := New(ctx, "redis://"+srv.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	limits := []struct {
+		rule   string
+		tag    byte
+		values int
+		limit  int64
+	}{{"user", 'u', 100_000, 1000}, {"tenant", 't', 1000, 100_000}, {"endpoint", 'e', 100, 1_000_000}, {"global", 0, 1, 100_000_000}}
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("%dlimits", n), func(b *testing.B) {
+			params := make([]algorithm.Params, n)
+			for i := range params {
+				params[i], _ = algorithm.NewParams(algorithm.FixedWindow, limits[i].limit, 0, time.Second)
+			}
+			cpu0 := redisCPU(b, srv)
+			calls0, batches0 := st.CoalesceStats()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				ops := make([]store.Op, n)
+				batch := &store.Batch{Ops: ops}
+				res := make([]algorithm.Result, n)
+				for pb.Next() {
+					x := next.Add(7919)
+					for i := range ops {
+						k := key.AppendHead(nil, limits[i].rule, "1")
+						if limits[i].tag != 0 {
+							k = key.AppendTag(k, limits[i].tag, strconv.FormatInt(x%int64(limits[i].values), 10))
+						}
+						ops[i] = store.Op{Key: k, Params: &params[i], Cost: 1}
+					}
+					if _, err := st.Apply(ctx, batch, res); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric((redisCPU(b, srv)-cpu0)*1e6/float64(b.N), "redis-µs/req")
+			if calls, batches := st.CoalesceStats(); calls > calls0 {
+				b.ReportMetric(float64(batches-batches0)/float64(calls-calls0), "reqs/call")
+			}
+		})
+	}
+}
+
+// redisCPU is the seconds of CPU the server has used, user and system.
+func redisCPU(b *testing.B, srv *redistest.Server) float64 {
+	b.Helper()
+	info, err := srv.Do("INFO", "cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }

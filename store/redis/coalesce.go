@@ -122,7 +122,7 @@ func (l *lane) flush(flight []*pending) {
 	now := time.Now()
 	live := flight[:0]
 	var deadline time.Time
-	nkeys, nargs := 0, 1
+	nkeys, nargs := 0, 0
 	for _, p := range flight {
 		switch {
 		case p.state.Load() == pendingAbandoned:
@@ -136,7 +136,7 @@ func (l *lane) flush(flight []*pending) {
 				deadline = p.deadline
 			}
 			nkeys += len(p.keys)
-			nargs += 2 + len(p.args)
+			nargs += len(p.args)
 		}
 	}
 	if len(live) == 0 {
@@ -145,10 +145,8 @@ func (l *lane) flush(flight []*pending) {
 	// Fresh slices: a call abandoned at its deadline may still be read by its goroutine (see do).
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs)
-	args = append(args, smallInt(len(live)))
 	for _, p := range live {
 		keys = append(keys, p.keys...)
-		args = append(args, smallInt(len(p.keys)), smallInt(len(p.args)))
 		args = append(args, p.args...)
 	}
 	l.s.coalescedCalls.Add(1)
@@ -160,15 +158,28 @@ func (l *lane) flush(flight []*pending) {
 	var msgs []rueidis.RedisMessage
 	if err == nil {
 		msgs, err = replies[0].ToArray()
-		if err == nil && len(msgs) != len(live) {
-			err = fmt.Errorf("script answered %d replies for %d batches", len(msgs), len(live))
-		}
 	}
-	for i, p := range live {
+	// The reply is flat: each batch's values follow the one before's (see multi.lua), so the
+	// whole of it is read before anyone is answered.
+	at := 0
+	for _, p := range live {
+		if err != nil {
+			break
+		}
+		var next int
+		// A pending batch's args are its head and one string per op.
+		p.vals, next, p.err = decodeBatch(msgs, at, len(p.args)-1, p.vals[:0])
+		if next < 0 {
+			err = p.err
+		}
+		at = next
+	}
+	if err == nil && at != len(msgs) {
+		err = fmt.Errorf("script answered %d values, %d more than %d batches take", len(msgs), len(msgs)-at, len(live))
+	}
+	for _, p := range live {
 		if err != nil {
 			p.err = err
-		} else {
-			p.vals, p.err = intSlice(&msgs[i], p.vals[:0])
 		}
 		l.s.answer(p)
 	}
@@ -186,25 +197,6 @@ func (s *Store) answer(p *pending) {
 func (s *Store) recyclePending(p *pending) {
 	p.keys, p.args, p.err, p.vals = nil, nil, nil, p.vals[:0]
 	s.pendings.Put(p)
-}
-
-// intSlice appends the integers of an array reply to vals.
-func intSlice(m *rueidis.RedisMessage, vals []int64) ([]int64, error) {
-	if err := m.Error(); err != nil {
-		return vals, err
-	}
-	arr, err := m.ToArray()
-	if err != nil {
-		return vals, err
-	}
-	for i := range arr {
-		v, err := arr[i].AsInt64()
-		if err != nil {
-			return vals, err
-		}
-		vals = append(vals, v)
-	}
-	return vals, nil
 }
 
 // coalesced decides the groups through their lanes, execs[i] for groups[i], and fills

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memory"
 )
 
 // TestCoalescedAllOrNothing sends 1,000 requests from 50 concurrent callers, each request
@@ -123,7 +125,7 @@ func TestCoalescedErrorsStayTheirs(t *testing.T) {
 	pendings := make([]*pending, 3)
 	for i, k := range [][]byte{good, bad, gone} {
 		g := st.group(&store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, new(scratch))[0]
-		g.args[0], g.args[1], g.args[2] = fmt.Sprint(c.Now()), "0", "1"
+		g.args[0] = fmt.Sprintf("1,1,%d,0,", c.Now()) // one op, one key, the test's clock
 		pd := st.pendings.Get().(*pending)
 		pd.keys, pd.args = g.keys, g.args
 		pd.deadline = time.Now().Add(10 * time.Second)
@@ -193,5 +195,103 @@ func TestCoalescingOff(t *testing.T) {
 	differential(t, st, c, 1000, 3, true)
 	if calls, _ := st.CoalesceStats(); calls != 0 {
 		t.Fatalf("%d coalesced calls with coalescing off", calls)
+	}
+}
+
+// TestCoalescedSameDecisionsAsMemory decides random batches several to a call, each at its
+// own instant, and requires the memory store's results, applying them one after the other.
+// The batches of a call share their keys' states (read once, written at the call's end), so
+// this is where a state carried from one batch to the next must be exact. Now and then a
+// batch ends with an op on a key of another type: it fails alone, after its other ops
+// committed, and must leave nothing behind.
+func TestCoalescedSameDecisionsAsMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	mem := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
+	defer mem.Close()
+	bad := key.AppendHead(nil, "wrong-type", "1")
+	if _, err := srv.Do("RPUSH", redisKey(bad), "x"); err != nil {
+		t.Fatal(err)
+	}
+	badParams, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	rng := rand.New(rand.NewPCG(7, 1))
+	ls := limits(t)
+	failed := 0
+	for call := range 400 {
+		type sent struct {
+			b   store.Batch
+			now int64
+			p   *pending
+			bad bool
+		}
+		var calls []sent
+		for range 1 + rng.IntN(8) {
+			c.us.Add(rng.Int64N(20_000))
+			var b store.Batch
+			for range 1 + rng.IntN(4) {
+				l := &ls[rng.IntN(len(ls))]
+				if rng.IntN(6) == 0 {
+					b.Ops = append(b.Ops, store.Op{Key: l.counter, Params: &l.params, Cost: rng.Int64N(3), Counter: true})
+				} else {
+					b.Ops = append(b.Ops, store.Op{Key: l.key, Params: &l.params, Cost: rng.Int64N(4), Shadow: rng.IntN(8) == 0})
+				}
+			}
+			isBad := rng.IntN(10) == 0
+			if isBad {
+				b.Ops = append(b.Ops, store.Op{Key: bad, Params: &badParams, Cost: 1})
+			}
+			g := st.group(&b, new(scratch))[0]
+			g.args[0] = fmt.Sprintf("%d,%d,%d,0,", len(g.ops), len(g.keys), c.Now())
+			pd := st.pendings.Get().(*pending)
+			pd.keys, pd.args, pd.deadline = g.keys, g.args, time.Now().Add(10*time.Second)
+			pd.state.Store(pendingQueued)
+			calls = append(calls, sent{b: b, now: c.Now(), p: pd, bad: isBad})
+		}
+		pds := make([]*pending, len(calls))
+		for i := range calls {
+			pds[i] = calls[i].p
+		}
+		st.lane.flush(pds)
+		end := c.Now()
+		for i, s := range calls {
+			<-s.p.done
+			if s.bad {
+				if s.p.err == nil || !strings.Contains(s.p.err.Error(), "WRONGTYPE") {
+					t.Fatalf("call %d batch %d: err %v, want WRONGTYPE", call, i, s.p.err)
+				}
+				failed++
+				continue
+			}
+			if s.p.err != nil {
+				t.Fatalf("call %d batch %d: %v", call, i, s.p.err)
+			}
+			c.us.Store(s.now)
+			want := make([]algorithm.Result, len(s.b.Ops))
+			if _, err := mem.Apply(ctx, &s.b, want); err != nil {
+				t.Fatal(err)
+			}
+			v := s.p.vals
+			if len(v) != 2+6*len(s.b.Ops) || v[0] != decided {
+				t.Fatalf("call %d batch %d: reply %v", call, i, v)
+			}
+			for j := range want {
+				o := v[2+6*j:]
+				got := algorithm.Result{Allowed: o[0] == 1, Reason: algorithm.Reason(o[1]), Remaining: o[2], ResetAfter: o[3], RetryAfter: o[4], Delay: o[5]}
+				if got != want[j] {
+					op := s.b.Ops[j]
+					t.Fatalf("call %d batch %d op %d (%s, cost %d, shadow %v, counter %v, key %s):\n redis  %+v\n memory %+v",
+						call, i, j, op.Params.Kind, op.Cost, op.Shadow, op.Counter, op.Key, got, want[j])
+				}
+			}
+		}
+		c.us.Store(end)
+		for _, s := range calls {
+			st.recyclePending(s.p)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no batch failed: the rollback is untested")
 	}
 }

@@ -69,7 +69,7 @@ func (s *Store) records(t testing.TB) int {
 	for _, c := range nodes {
 		cursor := uint64(0)
 		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match("*idem2:*").Count(1000).Build()).AsScanEntry()
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match("*idem3:*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -91,8 +91,8 @@ type Store struct {
 	scripts   bool         // WithScripts: never load the library
 	now       func() int64 // tests only: pass the time instead of Redis TIME
 	timeout   time.Duration
-	params    sync.Map // algorithm.Params -> its wire string
-	nparams   atomic.Int64
+	ops       sync.Map // opKey -> its wire string (see opString)
+	nops      atomic.Int64
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
@@ -366,7 +366,7 @@ type group struct {
 	slot uint16 // on a Cluster
 	ops  []int  // indexes into the batch
 	keys []string
-	args []string
+	args []string // batch.lua's ARGV: the head (set by Apply), then one string per op
 	// record is the key of the batch's idempotency record on this slot, when it has one.
 	record string
 }
@@ -377,6 +377,96 @@ const (
 	replay   = 1 // the record's answer
 	mismatch = 2 // the record holds another fingerprint: nothing decided
 )
+
+// The parts of an op's code in batch.lua's reply.
+const (
+	codeAllowed = 1 // the op allowed
+	codeRetry   = 2 // retry follows remaining and reset
+	codeDelay   = 4 // delay follows them (and retry, if present)
+	codeReason  = 8 // the reason is code / codeReason
+)
+
+// decodeBatch reads the reply of one batch of nops ops from msgs[at:] (see batch.lua), appends
+// it to vals in the form Apply reads (status, now, then allowed, reason, remaining, reset,
+// retry and delay per op; status and now alone for a mismatch), and returns where the next
+// batch's reply starts. An error reply there is the batch's error. A malformed reply returns
+// next -1: nothing after it can be read either.
+func decodeBatch(msgs []rueidis.RedisMessage, at, nops int, vals []int64) (_ []int64, next int, err error) {
+	if at >= len(msgs) {
+		return vals, -1, errors.New("script answered too few values")
+	}
+	if err := msgs[at].Error(); err != nil {
+		return vals, at + 1, err
+	}
+	var v int64
+	read := func() bool {
+		if at >= len(msgs) {
+			err = errors.New("script answered too few values")
+			return false
+		}
+		v, err = msgs[at].AsInt64()
+		at++
+		return err == nil
+	}
+	if !read() {
+		return vals, -1, err
+	}
+	status := v
+	if !read() {
+		return vals, -1, err
+	}
+	vals = append(vals, status, v)
+	switch status {
+	case mismatch:
+		return vals, at, nil
+	case decided, replay:
+	default:
+		return vals, -1, fmt.Errorf("script answered status %d", status)
+	}
+	for range nops {
+		if !read() {
+			return vals, -1, err
+		}
+		code := v
+		var remaining, reset, retry, delay int64
+		if !read() {
+			return vals, -1, err
+		}
+		remaining = v
+		if !read() {
+			return vals, -1, err
+		}
+		reset = v
+		if code&codeRetry != 0 {
+			if !read() {
+				return vals, -1, err
+			}
+			retry = v
+		}
+		if code&codeDelay != 0 {
+			if !read() {
+				return vals, -1, err
+			}
+			delay = v
+		}
+		vals = append(vals, code&codeAllowed, code/codeReason, remaining, reset, retry, delay)
+	}
+	return vals, at, nil
+}
+
+// decodeReply decodes the reply of a call that decided one batch of nops ops (see
+// decodeBatch).
+func decodeReply(reply rueidis.RedisResult, nops int, vals []int64) ([]int64, error) {
+	msgs, err := reply.ToArray()
+	if err != nil {
+		return vals, err
+	}
+	vals, next, err := decodeBatch(msgs, 0, nops, vals)
+	if err == nil && next != len(msgs) {
+		err = fmt.Errorf("script answered %d values, %d more than %d ops take", len(msgs), len(msgs)-next, nops)
+	}
+	return vals, err
+}
 
 // Apply decides the batch inside Redis: see the package comment.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
@@ -407,10 +497,15 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	execs := sc.execs[:0]
 	for gi := range groups {
 		g := &groups[gi]
-		g.args[0], g.args[1], g.args[2] = now, ttl, smallInt(len(g.ops))
 		if idem {
 			g.keys = append(g.keys, g.record)
-			g.args = append(g.args, fp)
+		}
+		// The short head, a bare op count, is the production case: Redis TIME, no
+		// idempotency, one key per op.
+		if now == "" && !idem && len(g.keys) == len(g.ops) {
+			g.args[0] = smallInt(len(g.ops))
+		} else {
+			g.args[0] = smallInt(len(g.ops)) + "," + smallInt(len(g.keys)) + "," + now + "," + ttl + "," + fp
 		}
 		execs = append(execs, rueidis.LuaExec{Keys: g.keys, Args: g.args})
 	}
@@ -440,7 +535,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 			return false, fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
 		}
 		for gi, reply := range replies {
-			answers[gi].vals, answers[gi].err = reply.AsIntSlice()
+			answers[gi].vals, answers[gi].err = decodeReply(reply, len(groups[gi].ops), sc.vals(gi))
+			sc.decoded[gi] = answers[gi].vals // grown, kept for the next call
 		}
 	}
 	replayed, denied, reused := false, false, false
@@ -663,7 +759,8 @@ func (s *Store) run(ctx context.Context, script *rueidis.Lua, fn string, execs [
 }
 
 // group splits the ops by hash slot; a single server takes them all in one call. Each group's
-// args start with 3 places for batch.lua's now, TTL and op count, which Apply fills.
+// args start with a place for batch.lua's head, which Apply fills. An op's log list goes in the
+// keys only for sliding_window_log, the one algorithm that reads it.
 func (s *Store) group(b *store.Batch, sc *scratch) []group {
 	gs := sc.groups[:0]
 	arena := sc.arena[:0]
@@ -690,8 +787,11 @@ func (s *Store) group(b *store.Batch, sc *scratch) []group {
 		g.ops = append(g.ops, i)
 		var state, log string
 		state, log, arena = redisKeys(arena, op.Key)
-		g.keys = append(g.keys, state, log)
-		g.args = s.appendParams(g.args, op)
+		g.keys = append(g.keys, state)
+		if op.Params.Kind == algorithm.SlidingWindowLog {
+			g.keys = append(g.keys, log)
+		}
+		g.args = append(g.args, s.opString(op))
 	}
 	sc.groups, sc.arena = gs, arena
 	return gs
@@ -701,12 +801,12 @@ func (s *Store) group(b *store.Batch, sc *scratch) []group {
 // beyond gs's length.
 func addGroup(gs []group, slot uint16) []group {
 	if len(gs) == cap(gs) {
-		return append(gs, group{slot: slot, args: []string{"", "", ""}})
+		return append(gs, group{slot: slot, args: []string{""}})
 	}
 	gs = gs[:len(gs)+1]
 	g := &gs[len(gs)-1]
 	g.slot, g.record = slot, ""
-	g.ops, g.keys, g.args = g.ops[:0], g.keys[:0], append(g.args[:0], "", "", "")
+	g.ops, g.keys, g.args = g.ops[:0], g.keys[:0], append(g.args[:0], "")
 	return gs
 }
 
@@ -737,7 +837,16 @@ type scratch struct {
 	answers  []answer
 	nows     []int64
 	answered []bool
-	fresh    []bool // the group decided now
+	fresh    []bool    // the group decided now
+	decoded  [][]int64 // the uncoalesced path's replies, decoded (see decodeReply)
+}
+
+// vals returns group gi's buffer for a decoded reply, emptied.
+func (sc *scratch) vals(gi int) []int64 {
+	for len(sc.decoded) <= gi {
+		sc.decoded = append(sc.decoded, nil)
+	}
+	return sc.decoded[gi][:0]
 }
 
 // size sizes the per-group slices for n groups, zeroed.
@@ -771,11 +880,12 @@ func redisKey(k []byte) string {
 // own part, so that a retry replays in one round trip; and the key's own slot (its caller's hash
 // tag, usually a slot the request uses anyway) always takes part, with a group of no ops if
 // need be: there any two requests with the key meet, so a reuse for another request is caught
-// wherever its limits live. The name is new with fingerprints ("idem2"): nodes of an earlier
-// version, during a rolling upgrade, neither read nor misread these records.
+// wherever its limits live. The name changes with the record's format ("idem2" came with
+// fingerprints, "idem3" with batch.lua's compact op values): nodes of an earlier version,
+// during a rolling upgrade, neither read nor misread these records.
 func (s *Store) placeRecords(gs []group, id []byte) []group {
 	sum := sha256.Sum256(id)
-	name := key.Prefix + "idem2:" + hex.EncodeToString(sum[:16])
+	name := key.Prefix + "idem3:" + hex.EncodeToString(sum[:16])
 	if !s.cluster {
 		gs[0].record = name
 		return gs
@@ -801,43 +911,49 @@ func (s *Store) placeRecords(gs []group, id []byte) []group {
 	return gs
 }
 
-// maxCachedParams bounds the cache of parameter strings: a policy has few distinct limits, but
-// per-request overrides (Envoy's descriptor limit) can make any number.
-const maxCachedParams = 10_000
+// maxCachedOps bounds the cache of op strings: a policy has few distinct limits and most
+// requests cost 1, but per-request overrides (Envoy's descriptor limit) and costs can make
+// any number.
+const maxCachedOps = 10_000
 
-// paramString is a limit's parameters as the scripts read them (see parse_params), formatted
-// once per distinct limit.
-func (s *Store) paramString(p *algorithm.Params) string {
-	if v, ok := s.params.Load(*p); ok {
+// opKey is what an op string is made of.
+type opKey struct {
+	params algorithm.Params
+	cost   int64
+	mode   int8
+}
+
+// opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
+// its mode (0 binding, 1 shadow, 2 counter) in one string, formatted once per distinct op.
+// One string rather than three: each ARGV value costs Redis a string object and a Lua string,
+// and the script one more conversion.
+func (s *Store) opString(op *store.Op) string {
+	k := opKey{params: *op.Params, cost: op.Cost}
+	switch {
+	case op.Counter:
+		k.mode = 2
+	case op.Shadow:
+		k.mode = 1
+	}
+	if v, ok := s.ops.Load(k); ok {
 		return v.(string)
 	}
+	p := op.Params
 	tick, tickExp, periodTicks, scale, rate, capacity := p.Derived()
-	b := make([]byte, 0, 96)
-	for i, v := range [...]int64{int64(p.Kind), p.Limit, p.Burst, p.Period, tick, tickExp, periodTicks, scale, rate, capacity} {
+	b := make([]byte, 0, 112)
+	for i, v := range [...]int64{int64(p.Kind), p.Limit, p.Burst, p.Period, tick, tickExp, periodTicks, scale, rate, capacity, k.cost, int64(k.mode)} {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, v, 10)
 	}
 	str := string(b)
-	if s.nparams.Load() < maxCachedParams {
-		if _, loaded := s.params.LoadOrStore(*p, str); !loaded {
-			s.nparams.Add(1)
+	if s.nops.Load() < maxCachedOps {
+		if _, loaded := s.ops.LoadOrStore(k, str); !loaded {
+			s.nops.Add(1)
 		}
 	}
 	return str
-}
-
-// appendParams appends op's three values of batch.lua's ARGV: parameters, cost and mode.
-func (s *Store) appendParams(args []string, op *store.Op) []string {
-	mode := "0"
-	switch {
-	case op.Counter:
-		mode = "2"
-	case op.Shadow:
-		mode = "1"
-	}
-	return append(args, s.paramString(op.Params), strconv.FormatInt(op.Cost, 10), mode)
 }
 
 // refund gives back what the groups decided now consumed, when another group denied or the
@@ -860,7 +976,8 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 		if !ok {
 			continue
 		}
-		var keys, args []string
+		keys := make([]string, 0, 2*len(g.ops)+1)
+		args := append(make([]string, 0, 2+len(g.ops)), strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops)))
 		for _, i := range g.ops {
 			op := b.Ops[i] // a copy: its cost becomes what to give back
 			if !results[i].Allowed || op.Counter {
@@ -868,12 +985,11 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 			}
 			state := redisKey(op.Key)
 			keys = append(keys, state, state+":log")
-			args = s.appendParams(args, &op)
+			args = append(args, s.opString(&op))
 		}
 		if g.record != "" {
 			keys = append(keys, g.record)
 		}
-		args = append([]string{strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops))}, args...)
 		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: args})
 		committed = append(committed, gi)
 	}

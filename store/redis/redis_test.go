@@ -509,3 +509,39 @@ func TestLibraryLostOnOneNode(t *testing.T) {
 		t.Fatalf("after the reload: remaining %d and %d, want 8 and 8 (each slot consumed once)", res[0].Remaining, res[1].Remaining)
 	}
 }
+
+// TestRedisClock runs batches on Redis TIME, as production does: their head is the short one
+// (a bare op count), which the differential tests, on a test clock, never send. Coalesced
+// and not, a limit of 3 an hour allows 3 requests and denies the 4th with a retry; a leaky
+// bucket reports the queue delay of its second request.
+func TestRedisClock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, coalesce := range []bool{true, false} {
+		st, err := New(ctx, "redis://"+srv.Addr, WithCoalescing(coalesce))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		window, _ := algorithm.NewParams(algorithm.FixedWindow, 3, 0, time.Hour)
+		leaky, _ := algorithm.NewParams(algorithm.LeakyBucket, 10, 0, time.Hour)
+		k := key.AppendTag(key.AppendHead(nil, fmt.Sprint("clock-", coalesce), "1"), 'u', "ann")
+		lk := key.AppendHead(nil, fmt.Sprint("clock-leaky-", coalesce), "1")
+		b := &store.Batch{Ops: []store.Op{{Key: k, Params: &window, Cost: 1}, {Key: lk, Params: &leaky, Cost: 1}}}
+		res := make([]algorithm.Result, 2)
+		for i := range 4 {
+			if _, err := st.Apply(ctx, b, res); err != nil {
+				t.Fatalf("coalesce %v, request %d: %v", coalesce, i, err)
+			}
+			if res[0].Allowed != (i < 3) || res[0].Remaining != int64(max(0, 2-i)) || res[0].ResetAfter <= 0 {
+				t.Fatalf("coalesce %v, request %d: %+v", coalesce, i, res[0])
+			}
+			if i == 3 && (res[0].RetryAfter <= 0 || res[0].RetryAfter > time.Hour.Microseconds()) {
+				t.Fatalf("coalesce %v: denied with retry %d µs", coalesce, res[0].RetryAfter)
+			}
+			if i == 1 && (!res[1].Allowed || res[1].Delay <= 0) {
+				t.Fatalf("coalesce %v: leaky bucket's second request %+v, want a delay", coalesce, res[1])
+			}
+		}
+	}
+}

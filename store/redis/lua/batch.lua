@@ -3,120 +3,217 @@
 -- It follows prelude.lua and the six algorithm files, in one script or one Redis Function
 -- library, and defines batch(KEYS, ARGV).
 --
--- KEYS: for op i, KEYS[2i-1] = its state ("t:v:w") and KEYS[2i] = its log list
---       (sliding_window_log only); then, when ARGV[2] > 0, the idempotency record.
--- ARGV: [1] now in µs, or '' to read Redis TIME (the default, so Sluice nodes' clocks do not
---       matter); [2] idempotency TTL in ms, 0 for none; [3] n, the number of ops; then 3 values
---       per op: its parameters (see parse_params), its cost, its mode (0 binding, 1 shadow,
---       2 counter: never denies, and keeps what it allowed whatever the others decide); then,
---       when ARGV[2] > 0, the request's fingerprint (hex).
--- Reply: {replayed, now, then per op: allowed (0/1), reason, remaining, reset, retry, delay}.
---        replayed is 0 (decided now), 1 (the record's answer) or 2 (the record holds another
---        fingerprint: the key was reused for another request; nothing decided, no op values).
+-- KEYS: per op, its state ("t:v:w"), then, for a sliding_window_log op only, its log list;
+--       then, when the batch has an idempotency TTL, the idempotency record.
+-- ARGV: [1] the head: "n", the number of ops, when the batch has n KEYS, no idempotency and
+--       uses Redis TIME (the production case, parsed by one tonumber); else "n,nk,now,ttl,fp":
+--       nk the number of KEYS, now in µs or '' to read Redis TIME (the default, so Sluice
+--       nodes' clocks do not matter), ttl the idempotency TTL in ms (0 for none), fp the
+--       request's fingerprint (hex, '' without a TTL). Then one string per op (see parse_op).
+-- Reply: status, now, then per op: code, remaining, reset, then retry when code has 2, then
+--        delay when code has 4; code = 1 (allowed) + 2 (retry follows) + 4 (delay follows) +
+--        8 × reason. An absent retry or delay is 0. Values left out cost Redis nothing to send
+--        or Sluice to read, and most ops have neither. status is 0 (decided now), 1 (the
+--        record's answer) or 2 (the record holds another fingerprint: the key was reused for
+--        another request; nothing decided, no op values).
 
--- UNDO_WIDTH is how many values an op's undo record holds (see batch).
-local UNDO_WIDTH = 6
+local DECIDED, REPLAYED, MISMATCH = 0, 1, 2
 
--- batch_at decides the batch whose KEYS start after ko and ARGV after ao (multi.lua packs
--- several batches in one call); clock is the call's Redis TIME in µs, read once per call, used
--- when the batch's ARGV[1] is ''.
-local function batch_at(KEYS, ARGV, ko, ao, clock)
-  local now
-  if ARGV[ao + 1] ~= '' then
-    now = tonumber(ARGV[ao + 1])
-  else
-    now = clock()
+-- UNDO_WIDTH is how many values an op's undo record holds (see batch_at).
+local UNDO_WIDTH = 8
+
+-- The scratch of batch_at, overwritten by each batch (see prelude.lua): per op i, its op, its
+-- state, its result and the expiry its commit asks for; the undo records; op_done, how many
+-- ops of the running batch have been decided (see rollback); look, the result of a look after
+-- a denial.
+local op_p, op_s, op_r, op_idle, undo, look = {}, {}, {}, {}, {}, {}
+local op_done = 0
+
+-- The states a call has read, by key, and in the order it read them. The batches of one call
+-- share them: a key that several requests of the call use (a tenant's, an endpoint's, the
+-- global one) is read once and written once per call rather than once per request, which is
+-- most of what a limit costs Redis. A script runs alone, so no one else changes a key in
+-- between; write_states writes what changed when the call's batches are decided. The tables
+-- are kept for the next call (see prelude.lua).
+local states_by_key, states, nstates = {}, {}, 0
+
+-- begin_call forgets the states of the call before.
+local function begin_call()
+  states_by_key, nstates = {}, 0
+end
+
+-- parse_head reads a batch's head: n, nk, now (nil for Redis TIME), ttl, fp.
+local function parse_head(head)
+  local n = tonumber(head)
+  if n then return n, n, nil, 0, '' end
+  local nk, now, ttl, fp
+  n, nk, now, ttl, fp = string.match(head, '^(%d+),(%d+),(%-?%d*),(%d+),(%x*)$')
+  if not n then error('sluice: bad batch head ' .. head) end
+  if now == '' then now = nil else now = tonumber(now) end
+  return tonumber(n), tonumber(nk), now, tonumber(ttl), fp
+end
+
+-- The expiry of the last state written, and its string: the keys of a window algorithm all
+-- expire at the window's end, so most writes reuse the string rather than format it.
+local last_expire, last_expire_str = nil, nil
+local function expire_string(ms)
+  if ms ~= last_expire then last_expire, last_expire_str = ms, fmt(ms) end
+  return last_expire_str
+end
+
+-- undo_ops undoes the commits of the first n ops of the batch, last first, counters' too when
+-- counters is true.
+local function undo_ops(n, counters)
+  for i = n, 1, -1 do
+    local u = (i - 1) * UNDO_WIDTH
+    if undo[u + 1] and (counters or op_p[i].mode ~= MODE_COUNTER) then
+      local s, len, last = op_s[i], undo[u + 4], undo[u + 5]
+      s.t, s.v, s.w = undo[u + 1], undo[u + 2], undo[u + 3]
+      for j = #s.log, len + 1, -1 do s.log[j] = nil end
+      if last then s.log[len][2] = last end
+      s.last_changed, s.dirty, s.idle = undo[u + 6], undo[u + 7], undo[u + 8]
+    end
   end
-  local ttl = tonumber(ARGV[ao + 2])
-  local n = tonumber(ARGV[ao + 3])
-  local idem_key = KEYS[ko + 2 * n + 1]
+end
 
+-- rollback undoes what the batch that just failed had committed, so that the call's states,
+-- written at its end, hold none of it: a failed batch consumes nothing.
+local function rollback()
+  undo_ops(op_done, true)
+end
+
+-- batch_at decides the batch whose KEYS start after ko and ARGV (its ops) after ao, with the
+-- head's values, and appends its reply to out, which holds o values; it returns the new count.
+-- multi.lua packs several batches in one call. It writes nothing but the idempotency record:
+-- write_states writes the states once the call's batches are decided.
+local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
+  op_done = 0
   -- The record is "expires_at_µs|fingerprint|v,v,...", written only for an allowed batch. Its
   -- expiry is checked against the script's clock, not only left to PX, so that a test clock
   -- governs it as it governs the limits.
-  local fp = nil
+  local idem_key = nil
   if ttl > 0 then
-    fp = ARGV[ao + 3 * n + 4]
+    idem_key = KEYS[ko + nk]
     local rec = redis.call('GET', idem_key)
     if rec then
       local expires, rec_fp, vals = string.match(rec, '^(%d+)|(%x+)|(.*)$')
       if expires and tonumber(expires) > now then
-        if rec_fp ~= fp then return { 2, now } end
-        local out = { 1, now }
-        for x in string.gmatch(vals, '[^,]+') do out[#out + 1] = tonumber(x) end
-        return out
+        if rec_fp ~= fp then
+          out[o + 1], out[o + 2] = MISMATCH, now
+          return o + 2
+        end
+        out[o + 1], out[o + 2] = REPLAYED, now
+        o = o + 2
+        for x in string.gmatch(vals, '[^,]+') do
+          o = o + 1
+          out[o] = tonumber(x)
+        end
+        return o
       end
     end
   end
 
-  -- Ops on one key share one state, so a later op sees an earlier op's commit. Per op, values
-  -- go in arrays rather than in a table of their own: creating tables is most of a call's cost.
-  local states, params, st, costs, idles, results, counters = {}, {}, {}, {}, {}, {}, {}
-  -- What each commit changed, for a sibling's denial to undo: UNDO_WIDTH values per op in one
-  -- flat array (t, v, w, log length, last entry's cost or false, last_changed). A lone op has
-  -- no sibling to deny it, so it never undoes.
-  local undo = nil
-  if n > 1 then undo = {} end
-  local denied = false
+  -- What each commit changed, for a sibling's denial (or a failure) to undo: UNDO_WIDTH
+  -- values per op in one flat array (t, v, w, log length, last entry's cost or false,
+  -- last_changed, dirty, idle), or false first when the op has none. A lone op has no
+  -- sibling to deny it, and nothing after its commit can fail but the record's write.
+  local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
-    local b = ao + 3 + (i - 1) * 3
-    local p = parse_params(ARGV[b + 1])
-    local cost = tonumber(ARGV[b + 2])
-    local key = KEYS[ko + 2 * i - 1]
-    local s = states[key]
+    local p = parse_op(ARGV[ao + i])
+    local key = KEYS[k + 1]
+    local s = states_by_key[key]
     if not s then
-      s = load_state(key, KEYS[ko + 2 * i], p.kind)
-      states[key] = s
-    end
-    local alg = algorithms[p.kind]
-    local r = alg.decide(p, s, now, cost)
-    local mode = ARGV[b + 3]
-    params[i], st[i], costs[i], results[i], counters[i] = p, s, cost, r, mode == '2'
-    if not r.allowed then
-      if mode == '0' then denied = true end
-    elseif cost > 0 then
-      -- A counter counts whatever its siblings decide: it keeps no undo record.
-      if undo and mode ~= '2' then
-        local u, last = (i - 1) * UNDO_WIDTH, false
-        if #s.log >= s.head then last = s.log[#s.log][2] end
-        undo[u + 1], undo[u + 2], undo[u + 3] = s.t, s.v, s.w
-        undo[u + 4], undo[u + 5], undo[u + 6] = #s.log, last, s.last_changed or false
+      nstates = nstates + 1
+      s = states[nstates]
+      if not s then
+        s = {}
+        states[nstates] = s
       end
-      idles[i] = alg.commit(p, s, now, cost)
+      load_state(key, KEYS[k + 2], p.kind, s)
+      states_by_key[key] = s
+    elseif p.kind == SLIDING_WINDOW_LOG and s.log == NO_LOG then
+      s.log = {} -- a log op on a key another kind loaded: NO_LOG stays empty
+    end
+    k = k + p.nkeys
+    local r = op_r[i]
+    if not r then
+      r = {}
+      op_r[i] = r
+    end
+    local cost, u = p.cost, (i - 1) * UNDO_WIDTH
+    p.alg.decide(p, s, now, cost, r)
+    op_p[i], op_s[i], op_idle[i], undo[u + 1] = p, s, false, false
+    if not r.allowed then
+      if p.mode == MODE_BINDING then denied = true end
+    elseif cost > 0 then
+      if keep then
+        local last = false
+        if #s.log >= s.head then last = s.log[#s.log][2] end
+        undo[u + 1], undo[u + 2], undo[u + 3], undo[u + 4] = s.t, s.v, s.w, #s.log
+        undo[u + 5], undo[u + 6], undo[u + 7], undo[u + 8] = last, s.last_changed, s.dirty, s.idle
+      end
+      op_idle[i] = p.alg.commit(p, s, now, cost)
       s.dirty = true
     end
+    op_done = i
   end
 
   if denied then
-    for i = n, 1, -1 do
-      local u = (i - 1) * UNDO_WIDTH
-      if undo and undo[u + 1] then
-        local s, len, last = st[i], undo[u + 4], undo[u + 5]
-        s.t, s.v, s.w = undo[u + 1], undo[u + 2], undo[u + 3]
-        for j = #s.log, len + 1, -1 do s.log[j] = nil end
-        if last then s.log[len][2] = last end
-        s.last_changed, s.dirty = undo[u + 6], false
-      end
-    end
+    -- A counter counts whatever its siblings decide: its commit stands.
+    undo_ops(n, false)
     -- Allowed ops of a denied batch consumed nothing: report what they really have left.
     -- Counters did consume, and their states stay dirty: they are written below.
     for i = 1, n do
-      if results[i].allowed and costs[i] > 0 and not counters[i] then
-        local r = algorithms[params[i].kind].decide(params[i], st[i], now, 0)
-        results[i].remaining, results[i].reset, results[i].delay = r.remaining, r.reset, 0
+      local p, r = op_p[i], op_r[i]
+      if r.allowed and p.cost > 0 and p.mode ~= MODE_COUNTER then
+        p.alg.decide(p, op_s[i], now, 0, look)
+        r.remaining, r.reset, r.delay = look.remaining, look.reset, 0
       end
     end
   end
   for i = 1, n do
-    if idles[i] and (counters[i] or not denied) then st[i].idle = imax(st[i].idle, idles[i]) end
+    local idle = op_idle[i]
+    if idle and (op_p[i].mode == MODE_COUNTER or not denied) then
+      local s = op_s[i]
+      s.idle = imax(s.idle, idle)
+    end
   end
-  -- Write each changed state once (ops on one key share it). Keys expire when the state is
-  -- as good as fresh.
+  local o0 = o
+  out[o + 1], out[o + 2] = DECIDED, now
+  o = o + 2
   for i = 1, n do
-    local s = st[i]
+    local r = op_r[i]
+    local c = o + 1
+    out[c], out[c + 1], out[c + 2] = 0, r.remaining, r.reset
+    o = c + 2
+    local code = 8 * r.reason
+    if r.allowed then code = code + 1 end
+    if r.retry ~= 0 then
+      code, o = code + 2, o + 1
+      out[o] = r.retry
+    end
+    if r.delay ~= 0 then
+      code, o = code + 4, o + 1
+      out[o] = r.delay
+    end
+    out[c] = code
+  end
+  -- A denial is not remembered: its retry, after Retry-After, is decided afresh.
+  if ttl > 0 and not denied then
+    local rec = {}
+    for j = o0 + 3, o do rec[#rec + 1] = fmt(out[j]) end
+    redis.call('SET', idem_key, fmt(now + ttl * 1000) .. '|' .. fp .. '|' .. table.concat(rec, ','), 'PX', ttl)
+  end
+  return o
+end
+
+-- write_states writes each state the call changed, once. Keys expire when the state is as
+-- good as fresh: at the latest time any of the call's commits asked for.
+local function write_states()
+  for i = 1, nstates do
+    local s = states[i]
     if s.dirty then
-      s.dirty = false
-      local expire_ms = fmt(ceil_div(s.idle, 1000))
+      local expire_ms = expire_string(ceil_div(s.idle, 1000))
       save_state(s, expire_ms)
       if s.kind == SLIDING_WINDOW_LOG then
         if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
@@ -131,20 +228,13 @@ local function batch_at(KEYS, ARGV, ko, ao, clock)
       end
     end
   end
-
-  local out = { 0, now }
-  for i = 1, n do
-    local r, o = results[i], 2 + (i - 1) * 6
-    out[o + 1] = r.allowed and 1 or 0
-    out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = r.reason, r.remaining, r.reset, r.retry, r.delay
+  -- Drop the keys and logs the states hold, so that the tables kept for the next call keep
+  -- nothing alive.
+  for i = 1, nstates do
+    local s = states[i]
+    s.key, s.log_key, s.log = nil, nil, NO_LOG
   end
-  -- A denial is not remembered: its retry, after Retry-After, is decided afresh.
-  if ttl > 0 and not denied then
-    local rec = {}
-    for j = 3, #out do rec[#rec + 1] = fmt(out[j]) end
-    redis.call('SET', idem_key, fmt(now + ttl * 1000) .. '|' .. fp .. '|' .. table.concat(rec, ','), 'PX', ttl)
-  end
-  return out
+  states_by_key, nstates = {}, 0
 end
 
 -- redis_time reads Redis TIME in µs, once per call however many batches use it.
@@ -161,5 +251,11 @@ end
 
 local function batch(KEYS, ARGV)
   bind_math()
-  return batch_at(KEYS, ARGV, 0, 0, redis_time())
+  begin_call()
+  local n, nk, now, ttl, fp = parse_head(ARGV[1])
+  if not now then now = redis_time()() end
+  local out = {}
+  batch_at(KEYS, ARGV, 0, 1, n, nk, now, ttl, fp, out, 0)
+  write_states()
+  return out
 end

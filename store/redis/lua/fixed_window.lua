@@ -2,10 +2,10 @@
 -- State: t = window start (µs), v = count.
 
 algorithms[FIXED_WINDOW] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local start = window(p, now)
     if s.t ~= start then s.t, s.v = start, 0 end
-    local r = new_result()
+    clear_result(r)
     local count = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY

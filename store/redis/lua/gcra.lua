@@ -19,9 +19,9 @@ local function gcra_debt(p, s, now_t)
 end
 
 algorithms[GCRA] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local now_t = gcra_normalize(p, s, now)
-    return bucket_result(p, p.capacity - gcra_debt(p, s, now_t), cost, now_t, now)
+    return bucket_result(p, p.capacity - gcra_debt(p, s, now_t), cost, now_t, now, r)
   end,
   commit = function(p, s, now, cost)
     local now_t = ticks(p, now)

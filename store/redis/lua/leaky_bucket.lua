@@ -22,9 +22,9 @@ local function leak(p, s, now)
 end
 
 algorithms[LEAKY_BUCKET] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local now_t = leak(p, s, now)
-    local r = bucket_result(p, p.capacity - s.v, cost, now_t, now)
+    bucket_result(p, p.capacity - s.v, cost, now_t, now, r)
     if r.allowed and cost > 0 and s.v > 0 then
       r.delay = after(p, now_t, ceil_div(s.v, p.rate), now)
     end

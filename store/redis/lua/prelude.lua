@@ -1,10 +1,15 @@
 -- prelude.lua: the arithmetic the six algorithms share, ported from algorithm/*.go.
 -- Every value is an integer below 2^52, which a Lua double holds exactly, and every division is
 -- floored on non-negative operands, so each result equals the Go integer result bit for bit.
--- Params p: kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate, capacity.
+-- Op p: an op's limit (kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate,
+-- capacity), its cost and mode (see parse_op).
 -- State s: t, v, w (integers, as in algorithm.State), log (sliding_window_log entries).
 -- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it.
 -- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
+--
+-- Creating a table costs about as much inside Redis as a GET, so the hot path makes none: the
+-- entry points keep their state and result tables and per-op arrays between batches (and, in a
+-- Function library, between calls) and overwrite them.
 
 -- floor is math.floor, bound by each entry point when it is called (bind_math): a Function
 -- library may not touch math while it loads, and a wrapper looking it up on every use was a
@@ -20,8 +25,10 @@ local function ceil_div(a, b) return floor((a + b - 1) / b) end
 local function imax(a, b) if a > b then return a end return b end
 local function imin(a, b) if a < b then return a end return b end
 
-local function new_result()
-  return { allowed = false, reason = REASON_NONE, remaining = 0, reset = 0, retry = 0, delay = 0 }
+-- clear_result makes r a fresh result: each algorithm's decide starts with it.
+local function clear_result(r)
+  r.allowed, r.reason, r.remaining, r.reset, r.retry, r.delay = false, REASON_NONE, 0, 0, 0, 0
+  return r
 end
 
 -- after is the time in µs from now until tick now_t+k begins, never negative.
@@ -44,8 +51,8 @@ end
 
 -- bucket_result decides cost against avail sub-units: the one decision the three bucket
 -- encodings share.
-local function bucket_result(p, avail, cost, now_t, now)
-  local r = new_result()
+local function bucket_result(p, avail, cost, now_t, now, r)
+  clear_result(r)
   if cost > p.burst then
     r.reason = REASON_COST_EXCEEDS_CAPACITY
     cost = 0
@@ -93,17 +100,38 @@ end
 -- window is the start (µs) of the epoch-aligned window of p.period that holds now.
 local function window(p, now) return now - imod(now, p.period) end
 
--- load_state reads a key's state, stored as the string "t:v:w" (one GET is several times
--- cheaper inside a script than a hash's HMGET), and for sliding_window_log the entries of its
--- log list ("at:cost" elements). A missing key is a fresh state.
-local function load_state(key, log_key, kind)
-  local s = { t = 0, v = 0, w = 0, log = {}, head = 1, loaded = 0, idle = 0, key = key, log_key = log_key, kind = kind }
+-- NO_LOG is the log of every state but sliding_window_log's: always empty, never written.
+local NO_LOG = {}
+
+-- number reads a decimal integer. The parts of the states a call reads repeat (a window's
+-- start, a small count, a fingerprint), and a table lookup of an interned string is several
+-- times cheaper than tonumber's strtod, so they are kept, a bounded number of them.
+local numbers, numbers_size = {}, 0
+local function number(str)
+  local x = numbers[str]
+  if x then return x end
+  x = tonumber(str)
+  if numbers_size >= 4096 then numbers, numbers_size = {}, 0 end
+  numbers[str], numbers_size = x, numbers_size + 1
+  return x
+end
+
+-- load_state reads a key's state into s (a table of the caller's, every field overwritten),
+-- stored as the string "t:v:w" (one GET is several times cheaper inside a script than a
+-- hash's HMGET), and for sliding_window_log the entries of its log list ("at:cost"
+-- elements). A missing key is a fresh state.
+local function load_state(key, log_key, kind, s)
+  s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
+  s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
   local raw = redis.call('GET', key)
   if raw then
-    local t, v, w = string.match(raw, '^(-?%d+):(-?%d+):(-?%d+)$')
-    s.t, s.v, s.w = tonumber(t), tonumber(v), tonumber(w)
+    -- A character class matches at half the cost of %d+; a state that is not three integers
+    -- still fails, at its first use as a number.
+    local t, v, w = string.match(raw, '^([^:]*):([^:]*):(.*)$')
+    s.t, s.v, s.w = number(t), number(v), number(w)
   end
   if kind == SLIDING_WINDOW_LOG then
+    s.log = {}
     local entries = redis.call('LRANGE', log_key, 0, -1)
     for j, e in ipairs(entries) do
       local c = string.find(e, ':', 1, true)
@@ -126,20 +154,29 @@ local function save_state(s, expire)
   end
 end
 
--- parse_params reads a limit's parameters, sent as one string
--- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity". Loaded as a Redis
--- Function, the library keeps the parsed tables across calls: a policy has few distinct limits.
-local param_cache, param_cache_size = {}, 0
-local function parse_params(str)
-  local p = param_cache[str]
+-- MODE_BINDING, MODE_SHADOW, MODE_COUNTER are an op's modes: a binding op's denial denies its
+-- batch; a shadow op never does; a counter never denies, and keeps what it allowed whatever
+-- the others decide.
+local MODE_BINDING, MODE_SHADOW, MODE_COUNTER = 0, 1, 2
+
+local algorithms = {}
+
+-- parse_op reads an op, sent as one string
+-- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity,cost,mode". Loaded as
+-- a Redis Function, the library keeps the parsed tables across calls: a policy has few distinct
+-- limits, and most requests cost 1, so a call finds its ops here rather than converting a
+-- dozen numbers each. The table also holds the op's algorithm and how many KEYS it takes.
+local op_cache, op_cache_size = {}, 0
+local function parse_op(str)
+  local p = op_cache[str]
   if p then return p end
   local v = {}
   for x in string.gmatch(str, '[^,]+') do v[#v + 1] = tonumber(x) end
+  if #v ~= 12 or not algorithms[v[1]] then error('sluice: bad op ' .. str) end
   p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
-        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10] }
-  if param_cache_size >= 10000 then param_cache, param_cache_size = {}, 0 end
-  param_cache[str], param_cache_size = p, param_cache_size + 1
+        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = v[12],
+        alg = algorithms[v[1]], nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
+  if op_cache_size >= 10000 then op_cache, op_cache_size = {}, 0 end
+  op_cache[str], op_cache_size = p, op_cache_size + 1
   return p
 end
-
-local algorithms = {}

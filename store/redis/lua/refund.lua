@@ -5,8 +5,8 @@
 --
 -- KEYS: as batch.lua, 2 per op; then, optionally, the idempotency record batch.lua wrote on this
 -- slot, deleted: the request was not allowed after all, and only allowed requests are
--- remembered. ARGV: [1] the now batch.lua used (µs); [2] n; then per op the 3 values of
--- batch.lua, cost being what to give back (0 for ops that consumed nothing).
+-- remembered. ARGV: [1] the now batch.lua used (µs); [2] n; then per op its string as batch.lua
+-- takes it (see parse_op), cost being what to give back (0 for ops that consumed nothing).
 -- Reply: per op, remaining and reset after the refund (what the op has left, as a look), so
 -- the request reports the same numbers as an all-or-nothing store would.
 
@@ -15,11 +15,10 @@ local function refund(KEYS, ARGV)
   local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
   if KEYS[2 * n + 1] then redis.call('DEL', KEYS[2 * n + 1]) end
   for i = 1, n do
-    local b = 2 + (i - 1) * 3
-    local p = parse_params(ARGV[b + 1])
-    local cost = tonumber(ARGV[b + 2])
+    local p = parse_op(ARGV[2 + i])
+    local cost = p.cost
     local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
-    local s = load_state(key, log_key, p.kind)
+    local s = load_state(key, log_key, p.kind, {})
     if cost > 0 and redis.call('EXISTS', key) == 1 then
       local inc = cost * p.scale
       local start = window(p, now)
@@ -62,8 +61,9 @@ local function refund(KEYS, ARGV)
   end
   -- Look only once everything is given back: two ops may share a key.
   for i = 1, n do
-    local p = parse_params(ARGV[2 + (i - 1) * 3 + 1])
-    local r = algorithms[p.kind].decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind), now, 0)
+    local p = parse_op(ARGV[2 + i])
+    local r = {}
+    p.alg.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}), now, 0, r)
     out[#out + 1] = r.remaining
     out[#out + 1] = r.reset
   end

@@ -2,7 +2,7 @@
 -- State: t = current window start (µs), v = current count, w = previous count.
 
 algorithms[SLIDING_WINDOW_COUNTER] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local start = window(p, now)
     if s.t ~= start then
       if s.t == start - p.period then s.w = s.v else s.w = 0 end
@@ -13,7 +13,7 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     local e = idiv(now - start, p.tick)
     local estimate = s.w * (pt - e) + s.v * pt
     local bound = p.limit * pt
-    local r = new_result()
+    clear_result(r)
     local current = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY

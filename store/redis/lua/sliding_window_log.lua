@@ -4,13 +4,13 @@
 -- from the head, so the write-back trims instead of rewriting.
 
 algorithms[SLIDING_WINDOW_LOG] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local log = s.log
     while s.head <= #log and log[s.head][1] <= now - p.period do
       s.v = s.v - log[s.head][2]
       s.head = s.head + 1
     end
-    local r = new_result()
+    clear_result(r)
     local sum = s.v
     if cost > p.limit then
       r.reason = REASON_COST_EXCEEDS_CAPACITY

@@ -24,9 +24,9 @@ local function refill(p, s, now)
 end
 
 algorithms[TOKEN_BUCKET] = {
-  decide = function(p, s, now, cost)
+  decide = function(p, s, now, cost, r)
     local now_t = refill(p, s, now)
-    return bucket_result(p, s.v, cost, now_t, now)
+    return bucket_result(p, s.v, cost, now_t, now, r)
   end,
   commit = function(p, s, now, cost)
     s.v = s.v - cost * p.scale

@@ -153,12 +153,36 @@ func (s *Store) call(ctx context.Context, f func(context.Context) (bool, error))
 // State returns the breaker's state: closed, half-open or open.
 func (s *Store) State() string { return s.cb.State().String() }
 
+// boundedApplier is a store that returns by a deadline it is given, whatever its backend does,
+// without a context made for it (the Redis store): the guard then makes none per call.
+type boundedApplier interface {
+	ApplyBy(ctx context.Context, deadline time.Time, b *store.Batch, results []algorithm.Result) (bool, error)
+}
+
 // Apply calls the store within the deadline, unless the breaker is open.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
+	if ba, ok := s.inner.(boundedApplier); ok {
+		replayed, err := s.cb.Execute(func() (bool, error) { return s.applyBy(ctx, ba, b, results) })
+		return replayed, wrap(err)
+	}
 	replayed, err := s.cb.Execute(func() (bool, error) {
 		return s.call(ctx, func(call context.Context) (bool, error) { return s.inner.Apply(call, b, results) })
 	})
 	return replayed, wrap(err)
+}
+
+// applyBy is call for a boundedApplier's Apply.
+func (s *Store) applyBy(ctx context.Context, ba boundedApplier, b *store.Batch, results []algorithm.Result) (bool, error) {
+	timeout, start := s.timeout, time.Duration(0)
+	if s.adaptive != nil {
+		timeout, start = s.adaptive.get(), s.adaptive.now()
+	}
+	replayed, err := ba.ApplyBy(ctx, time.Now().Add(timeout), b, results)
+	err = gone(ctx, err)
+	if s.adaptive != nil && !errors.Is(err, errCallerGone) {
+		s.adaptive.record(s.adaptive.now() - start)
+	}
+	return replayed, err
 }
 
 // Reset calls the store within the deadline, unless the breaker is open.

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/breaker"
 )
 
 // BenchmarkApply measures one request of 1 and 4 limits through the store against a local
@@ -28,8 +29,15 @@ func BenchmarkApply(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range []int{1, 4} {
-			b.Run(fmt.Sprintf("coalesce=%v/%dlimits", coalesce, n), func(b *testing.B) {
+		// guarded is the store as serve uses it: behind the breaker and its deadline.
+		guarded := breaker.New(st, breaker.Options{Timeout: 100 * time.Millisecond})
+		for _, c := range []struct {
+			name string
+			n    int
+			st   store.Store
+		}{{"1limits", 1, st}, {"4limits", 4, st}, {"4limits-guarded", 4, guarded}} {
+			n := c.n
+			b.Run(fmt.Sprintf("coalesce=%v/%s", coalesce, c.name), func(b *testing.B) {
 				var next atomic.Int64
 				calls0, batches0 := st.CoalesceStats()
 				b.ReportAllocs()
@@ -49,7 +57,7 @@ func BenchmarkApply(b *testing.B) {
 					batch := &store.Batch{Ops: ops}
 					res := make([]algorithm.Result, n)
 					for pb.Next() {
-						if _, err := st.Apply(ctx, batch, res); err != nil {
+						if _, err := c.st.Apply(ctx, batch, res); err != nil {
 							b.Error(err)
 							return
 						}

@@ -202,14 +202,21 @@ func (s *Store) recyclePending(p *pending) {
 // coalesced decides the groups through their lanes, execs[i] for groups[i], and fills
 // answers[i] with each group's reply values or error, valid until release. It returns an error
 // of the whole request when ctx ended first, as do does.
-func (s *Store) coalesced(ctx context.Context, groups []group, execs []rueidis.LuaExec, answers []answer) error {
+func (s *Store) coalesced(ctx context.Context, deadline time.Time, sc *scratch, groups []group, execs []rueidis.LuaExec, answers []answer) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
+	if deadline.IsZero() {
 		deadline = time.Now().Add(s.timeout)
 	}
+	// The caller leaves at its deadline even while its lane is still busy with an earlier
+	// call (whose deadline may be later): a pooled timer rather than a context per call.
+	if sc.timer == nil {
+		sc.timer = time.NewTimer(time.Until(deadline))
+	} else {
+		sc.timer.Reset(time.Until(deadline))
+	}
+	defer sc.timer.Stop()
 	for gi := range groups {
 		p := s.pendings.Get().(*pending)
 		p.keys, p.args, p.deadline = execs[gi].Keys, execs[gi].Args, deadline
@@ -228,6 +235,9 @@ func (s *Store) coalesced(ctx context.Context, groups []group, execs []rueidis.L
 		case <-ctx.Done():
 			s.abandon(answers)
 			return ctx.Err()
+		case <-sc.timer.C:
+			s.abandon(answers)
+			return context.DeadlineExceeded
 		}
 		answers[gi].vals, answers[gi].err, answers[gi].got = p.vals, p.err, true
 	}

@@ -470,10 +470,36 @@ func decodeReply(reply rueidis.RedisResult, nops int, vals []int64) ([]int64, er
 
 // Apply decides the batch inside Redis: see the package comment.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
+	return s.apply(ctx, time.Time{}, b, results)
+}
+
+// ApplyBy is Apply that returns by deadline whatever Redis does, without a context made for
+// it: the breaker's guard calls it on every check, and a context.WithTimeout per check was
+// about nine allocations and a timer. ctx may still end the call sooner.
+func (s *Store) ApplyBy(ctx context.Context, deadline time.Time, b *store.Batch, results []algorithm.Result) (bool, error) {
+	return s.apply(ctx, deadline, b, results)
+}
+
+// apply is Apply; a zero deadline takes the store's timeout or ctx's deadline.
+func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, results []algorithm.Result) (bool, error) {
 	if len(b.Ops) == 0 {
 		return false, nil
 	}
-	ctx, cancel := s.bound(ctx)
+	var cancel context.CancelFunc
+	switch {
+	case deadline.IsZero():
+		ctx, cancel = s.bound(ctx)
+		if d, ok := ctx.Deadline(); ok {
+			deadline = d
+		}
+	case s.coalesce:
+		cancel = func() {} // the wait below keeps the deadline by a pooled timer
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+	default:
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
 	defer cancel()
 	sc := s.scratches.Get().(*scratch)
 	keep := true // false once a round trip this call left may still read sc's strings
@@ -513,7 +539,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	sc.size(len(groups))
 	answers, nows, answered, fresh := sc.answers, sc.nows, sc.answered, sc.fresh
 	if s.coalesce {
-		err := s.coalesced(ctx, groups, execs, answers)
+		err := s.coalesced(ctx, deadline, sc, groups, execs, answers)
 		defer s.release(answers)
 		if err != nil {
 			keep = false
@@ -839,6 +865,7 @@ type scratch struct {
 	answered []bool
 	fresh    []bool    // the group decided now
 	decoded  [][]int64 // the uncoalesced path's replies, decoded (see decodeReply)
+	timer    *time.Timer // the coalesced wait's deadline, stopped between uses
 }
 
 // vals returns group gi's buffer for a decoded reply, emptied.

@@ -19,7 +19,12 @@ const (
 	deadlineMultiplier = 3
 	deadlineWindow     = 10 * time.Second // in two halves: the last full one and the current
 	deadlineEvery      = 100 * time.Millisecond
-	deadlineMinCalls   = 20 // fewer in the window: the floor, Options.Timeout (the breaker needs as many to open)
+	// deadlineMinCalls: with fewer calls in the window nothing is known of the store's
+	// latency, so the deadline is the ceiling, Options.MaxTimeout: a cold start (connections
+	// being made, 50 callers at once on a store not yet warm) took 20-40 ms and failed dozens
+	// of calls open at a 10 ms floor before the first recomputation. A hung store fails calls
+	// at the ceiling until the breaker opens, as it would once the deadline had climbed.
+	deadlineMinCalls = 20
 )
 
 // latencyBuckets is a log-linear histogram's size: 4 buckets per power of two of µs, up to
@@ -44,7 +49,7 @@ type histogram [latencyBuckets]atomic.Uint64
 
 func newDeadline(floor, ceiling time.Duration, now func() time.Duration) *deadline {
 	d := &deadline{floor: floor, ceiling: ceiling, now: now}
-	d.current.Store(int64(floor))
+	d.current.Store(int64(ceiling))
 	t := now()
 	d.half = int64(t / (deadlineWindow / 2))
 	d.due.Store(int64(t + deadlineEvery))
@@ -91,7 +96,7 @@ func (d *deadline) recompute(t time.Duration) {
 			total += n
 		}
 	}
-	next := d.floor
+	next := d.ceiling
 	if total >= deadlineMinCalls {
 		rank := uint64(float64(total)*deadlinePercentile + 0.5)
 		seen := uint64(0)

@@ -37,8 +37,8 @@ func TestAdaptiveDeadline(t *testing.T) {
 		phases   []phase
 		min, max time.Duration // the deadline after the phases
 	}{
-		{"no calls: the floor", nil, floor, floor},
-		{"too few calls to judge: the floor", []phase{{15, 40 * time.Millisecond, 200 * time.Millisecond}}, floor, floor},
+		{"no calls: the ceiling", nil, ceiling, ceiling},
+		{"too few calls to judge: the ceiling", []phase{{15, time.Millisecond, 200 * time.Millisecond}}, ceiling, ceiling},
 		{"fast store: the floor", []phase{{1000, 500 * time.Microsecond, 200 * time.Millisecond}}, floor, floor},
 		{"loaded store: three times its p99", []phase{{990, time.Millisecond, 0}, {20, 15 * time.Millisecond, 200 * time.Millisecond}}, 45 * time.Millisecond, 52 * time.Millisecond},
 		{"slow outliers under 1% are ignored", []phase{{1000, time.Millisecond, 0}, {5, 80 * time.Millisecond, 200 * time.Millisecond}}, floor, floor},
@@ -69,6 +69,13 @@ func TestAdaptiveDeadlineClimbs(t *testing.T) {
 	t.Parallel()
 	c := &fakeClock{}
 	d := newDeadline(10*time.Millisecond, 100*time.Millisecond, c.now)
+	// A fast store first: the deadline settles at the floor.
+	c.calls(d, 1000, time.Millisecond)
+	c.add(deadlineEvery)
+	d.record(time.Millisecond)
+	if d.get() != 10*time.Millisecond {
+		t.Fatalf("after fast calls the deadline is %v, want the floor", d.get())
+	}
 	var seen []time.Duration
 	for range 6 {
 		c.calls(d, 200, d.get())

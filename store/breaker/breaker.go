@@ -27,7 +27,7 @@ type Options struct {
 	// Timeout is every call's deadline (default 10 ms); with MaxTimeout, the least one.
 	Timeout time.Duration
 	// MaxTimeout, when above Timeout, makes the deadline adaptive (deadline.go): three times
-	// the 99th percentile of the last 10 s of calls, between Timeout and MaxTimeout. 0 keeps
+	// the 99.9th percentile of the last 10 s of calls, between Timeout and MaxTimeout. 0 keeps
 	// the fixed Timeout.
 	MaxTimeout time.Duration
 	// FailureRatio opens the breaker when at least this share of calls failed (default 0.5)...

@@ -3,14 +3,10 @@ package e2e
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -49,17 +45,7 @@ func TestRegionsMultiNode(t *testing.T) {
 			peer = "us"
 		}
 		n.out[peer].Delay(delay)
-		extra := []string{"--region", n.name, "--regions", peer + "=" + n.out[peer].Addr, "--region-sync", regionSync.String()}
-		// As in TestRegions: a race-built node on two shared cores may answer slower than the
-		// default store deadline.
-		env = append(env, "SLUICE_STORE_TIMEOUT=10s", "SLUICE_REGION_TOKEN="+regionToken)
-		n.srv = startWith(t, binary, path, t.TempDir(), extra, http.DefaultClient, "http", env...)
-		conn, err := grpc.NewClient(n.srv.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		n.rl = sluicev1.NewRateLimiterClient(conn)
+		n.start(t, path, peer+"="+n.out[peer].Addr, env...)
 	}
 	startNode(usA, "SLUICE_STORE=redis://"+redis.Addr)
 	startNode(usB, "SLUICE_STORE=redis://"+redis.Addr)

@@ -97,20 +97,11 @@ func startRegionSet(t *testing.T, path string, delay time.Duration) *regionSet {
 				peers = append(peers, b+"="+n.out[b].Addr)
 			}
 		}
-		extra := []string{"--region", n.name, "--regions", strings.Join(peers, ","), "--region-sync", regionSync.String()}
-		// A race-built node on two shared cores may answer slower than the default store
-		// deadline; past it rules fail open, which is not what this test measures.
-		env := []string{"SLUICE_STORE_TIMEOUT=10s", "SLUICE_REGION_TOKEN=" + regionToken}
+		var env []string
 		if n.name == "us" {
 			env = append(env, "SLUICE_STORE=redis://"+redis.Addr)
 		}
-		n.srv = startWith(t, binary, path, t.TempDir(), extra, http.DefaultClient, "http", env...)
-		conn, err := grpc.NewClient(n.srv.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		n.rl = sluicev1.NewRateLimiterClient(conn)
+		n.start(t, path, strings.Join(peers, ","), env...)
 	}
 	for _, a := range set.nodes {
 		for _, b := range set.nodes {
@@ -125,6 +116,23 @@ func startRegionSet(t *testing.T, path string, delay time.Duration) *regionSet {
 		}
 	}
 	return set
+}
+
+// start starts n as a real sluice serve of the policy at path in region n.name, its peers
+// NAME=ADDR,..., with env added, and dials its gRPC port.
+func (n *regionNode) start(t *testing.T, path, peers string, env ...string) {
+	t.Helper()
+	extra := []string{"--region", n.name, "--regions", peers, "--region-sync", regionSync.String()}
+	// A race-built node on two shared cores may answer slower than the default store
+	// deadline; past it rules fail open, which is not what these tests measure.
+	env = append(env, "SLUICE_STORE_TIMEOUT=10s", "SLUICE_REGION_TOKEN="+regionToken)
+	n.srv = startWith(t, binary, path, t.TempDir(), extra, http.DefaultClient, "http", env...)
+	conn, err := grpc.NewClient(n.srv.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	n.rl = sluicev1.NewRateLimiterClient(conn)
 }
 
 // node returns the region called name.

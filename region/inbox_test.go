@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
@@ -78,25 +77,7 @@ func startNode(t *testing.T, cfg Config, st interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lim *sluice.Limiter
-	r, err := New(cfg, st, st, func() *policy.Snapshot { return lim.Policy() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lim, err = sluice.New(r, snap); err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	r.Register(srv)
-	go srv.Serve(ln)
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Stop()
-		lim.Close()
-	})
-	return &node{r: r, lim: lim, addr: ln.Addr().String()}
+	return serveNode(t, cfg, st, snap, ln)
 }
 
 // keyOf returns the bucket key and parameters of user's quota on n.

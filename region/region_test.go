@@ -19,6 +19,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/internal/testproxy"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -60,27 +61,37 @@ func startRegions(t *testing.T, yml string, sync, timeout time.Duration, names .
 			}
 		}
 		mem := memory.New(memory.WithSweepInterval(0))
-		var lim *sluice.Limiter
-		r, err := New(Config{Name: a, Peers: peers, Sync: sync, Timeout: timeout, Token: testToken}, mem, mem, func() *policy.Snapshot { return lim.Policy() })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lim, err = sluice.New(r, snap); err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		r.Register(srv)
-		go srv.Serve(lns[a])
-		if err := r.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			srv.Stop()
-			lim.Close()
-		})
-		nodes[a] = &node{r: r, lim: lim, addr: lns[a].Addr().String()}
+		nodes[a] = serveNode(t, Config{Name: a, Peers: peers, Sync: sync, Timeout: timeout, Token: testToken}, mem, snap, lns[a])
 	}
 	return nodes, links
+}
+
+// serveNode starts a node of cfg over st, enforcing snap and serving Regions on ln: Region,
+// Limiter and gRPC server, all stopped when the test ends.
+func serveNode(t *testing.T, cfg Config, st interface {
+	store.Store
+	Reader
+}, snap *policy.Snapshot, ln net.Listener) *node {
+	t.Helper()
+	var lim *sluice.Limiter
+	r, err := New(cfg, st, st, func() *policy.Snapshot { return lim.Policy() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim, err = sluice.New(r, snap); err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	r.Register(srv)
+	go srv.Serve(ln)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Stop()
+		lim.Close()
+	})
+	return &node{r: r, lim: lim, addr: ln.Addr().String()}
 }
 
 // waitFor polls cond every 5ms until it holds or d passed, and returns how long it took.

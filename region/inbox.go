@@ -110,12 +110,14 @@ func (r *Region) postInbox(req *sluicev1.SyncRequest, now int64) {
 	rec, err := encodeInbox(r.nodeID, now, req)
 	if err != nil {
 		r.inboxDropped.Add(1)
+		r.inboxLostQueue.Add(1)
 		return
 	}
 	select {
 	case r.inboxQ <- rec:
 	default:
 		r.inboxDropped.Add(1)
+		r.inboxLostQueue.Add(1)
 	}
 }
 
@@ -156,6 +158,7 @@ func (r *Region) writeInbox() {
 		cancel()
 		if err != nil {
 			failed += int64(len(batch))
+			r.inboxLostAppend.Add(uint64(len(batch)))
 			lastErr = err
 		}
 		clear(batch) // the records are not kept past the append
@@ -198,6 +201,7 @@ func (r *Region) readInbox() {
 			for _, rec := range msgs {
 				if err := r.mergeInbox(rec); err != nil {
 					bad++
+					r.inboxSkipped.Add(1)
 					why = err
 				}
 			}

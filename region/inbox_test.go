@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
@@ -194,6 +195,27 @@ func TestInboxSkipsBadRecords(t *testing.T) {
 		}
 		return n == 7
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b.r)
+	if got := counter(t, reg, "sluice_region_inbox_skipped_total"); got != 7 {
+		t.Errorf("sluice_region_inbox_skipped_total %v, want 7", got)
+	}
+}
+
+// counter reads the unlabelled counter name from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
 
 // TestResendRestoresAMissedSync: a node of us that starts after the inbox lost eu's last

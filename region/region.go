@@ -90,6 +90,10 @@ type Region struct {
 	nodeID       uint64
 	inboxQ       chan []byte
 	inboxDropped atomic.Int64
+	// inboxLost counts, for sluice_region_inbox_lost_total, the Syncs this node received that
+	// did not reach the inbox (queue full or append failed), by reason; inboxSkipped the
+	// records read from it that did not read or check.
+	inboxLostQueue, inboxLostAppend, inboxSkipped atomic.Uint64
 
 	scratch sync.Pool // *scratch
 

@@ -234,6 +234,10 @@ func homeIdempotencyKey(k []byte) []byte {
 var (
 	peerUpDesc = prometheus.NewDesc("sluice_region_peer_up",
 		"1 when the region was heard from within --region-timeout, 0 while it is silent (its last rate is assumed meanwhile).", []string{"region"}, nil)
+	inboxLostDesc = prometheus.NewDesc("sluice_region_inbox_lost_total",
+		"Syncs this node received that did not reach the region's inbox, by reason (queue_full, append_failed): merged here only until the sender's next full send (30 s).", []string{"reason"}, nil)
+	inboxSkippedDesc = prometheus.NewDesc("sluice_region_inbox_skipped_total",
+		"Records read from the region's inbox that did not read or check, skipped whole.", nil, nil)
 	lagDesc = prometheus.NewDesc("sluice_region_lag_seconds",
 		"Age of the newest counts held from the region: time since its last sync arrived plus the measured one-way delay.", []string{"region"}, nil)
 )
@@ -242,10 +246,14 @@ var (
 func (r *Region) Describe(ch chan<- *prometheus.Desc) {
 	ch <- peerUpDesc
 	ch <- lagDesc
+	if r.inbox != nil {
+		ch <- inboxLostDesc
+		ch <- inboxSkippedDesc
+	}
 }
 
 // Collect is prometheus.Collector's: sluice_region_peer_up and sluice_region_lag_seconds per
-// peer, as of the scrape.
+// peer, as of the scrape, and with an inbox its losses and skipped records.
 func (r *Region) Collect(ch chan<- prometheus.Metric) {
 	now := r.nowMicros()
 	for _, p := range r.peers {
@@ -259,5 +267,10 @@ func (r *Region) Collect(ch chan<- prometheus.Metric) {
 			lag = float64(now-h+p.delay.Load()) / 1e6
 		}
 		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, lag, p.name)
+	}
+	if r.inbox != nil {
+		ch <- prometheus.MustNewConstMetric(inboxLostDesc, prometheus.CounterValue, float64(r.inboxLostQueue.Load()), "queue_full")
+		ch <- prometheus.MustNewConstMetric(inboxLostDesc, prometheus.CounterValue, float64(r.inboxLostAppend.Load()), "append_failed")
+		ch <- prometheus.MustNewConstMetric(inboxSkippedDesc, prometheus.CounterValue, float64(r.inboxSkipped.Load()))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/policy"
@@ -29,6 +30,10 @@ type local struct {
 	shards [touchShards]touchShard
 	seed   maphash.Seed
 
+	// reads numbers the reads: a tracked key touched during read n holds n in its shard, so
+	// that the prune after that read keeps it (its last state read may predate the touch).
+	reads atomic.Uint32
+
 	mu    sync.Mutex
 	keys  map[string]*localKey
 	seq   uint64
@@ -42,7 +47,7 @@ const touchShards = 32
 type touchShard struct {
 	mu      sync.Mutex
 	touched map[string]*ruleInfo // consumed since the last read, not yet tracked
-	tracked map[string]struct{}  // in l.keys: read every sync anyway
+	tracked map[string]uint32    // in l.keys, read every sync anyway: the read it was last touched in
 	_       [64]byte             // keeps neighbouring shards' locks off one cache line
 }
 
@@ -61,7 +66,7 @@ func (l *local) init() {
 	l.seed = maphash.MakeSeed()
 	for i := range l.shards {
 		l.shards[i].touched = map[string]*ruleInfo{}
-		l.shards[i].tracked = map[string]struct{}{}
+		l.shards[i].tracked = map[string]uint32{}
 	}
 	l.keys = map[string]*localKey{}
 }
@@ -74,25 +79,37 @@ func (l *local) shard(key string) *touchShard {
 // already tracked is read every sync anyway; for another, the string is made once per sync.
 func (l *local) touch(key []byte, info *ruleInfo) {
 	sh := &l.shards[maphash.Bytes(l.seed, key)%touchShards]
+	n := l.reads.Load()
 	sh.mu.Lock()
-	if _, ok := sh.tracked[string(key)]; !ok {
-		if _, ok := sh.touched[string(key)]; !ok {
-			sh.touched[string(key)] = info
+	if at, ok := sh.tracked[string(key)]; ok {
+		if at != n {
+			sh.tracked[string(key)] = n
 		}
+	} else if _, ok := sh.touched[string(key)]; !ok {
+		sh.touched[string(key)] = info
 	}
 	sh.mu.Unlock()
 }
 
-// setTracked notes whether key is in l.keys, for touch.
-func (l *local) setTracked(key string, on bool) {
+// track notes that key is in l.keys, for touch.
+func (l *local) track(key string) {
 	sh := l.shard(key)
 	sh.mu.Lock()
-	if on {
-		sh.tracked[key] = struct{}{}
-	} else {
-		delete(sh.tracked, key)
-	}
+	sh.tracked[key] = l.reads.Load()
 	sh.mu.Unlock()
+}
+
+// untrackIdle stops tracking key unless it was touched during the current read, and reports
+// whether it did.
+func (l *local) untrackIdle(key string) bool {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.tracked[key] == l.reads.Load() {
+		return false
+	}
+	delete(sh.tracked, key)
+	return true
 }
 
 // read reads the region's counts of every tracked key from the store, updates their rates,
@@ -100,6 +117,7 @@ func (l *local) setTracked(key string, on bool) {
 func (r *Region) read(ctx context.Context, now int64) (uint64, error) {
 	l := &r.local
 	rs := r.rulesNow()
+	l.reads.Add(1)
 	want := map[string]*ruleInfo{}
 	for i := range l.shards {
 		sh := &l.shards[i]
@@ -172,7 +190,7 @@ func (l *local) update(k []byte, info *ruleInfo, rs *ruleSet, st *algorithm.Stat
 		}
 		lk = &localKey{info: info, readAt: now - int64(rateTau)}
 		l.keys[string(k)] = lk
-		l.setTracked(string(k), true)
+		l.track(string(k))
 	}
 	lk.info = info
 	period := max(info.period, 1)
@@ -221,9 +239,10 @@ func (r *Region) prune(acked uint64, now int64) {
 	l := &r.local
 	l.mu.Lock()
 	for k, lk := range l.keys {
-		if lk.rate == 0 && lk.seq <= acked && now >= lk.st.T+2*max(lk.info.period, 1) {
+		// A key touched since the read began may have consumed after its state was read:
+		// it stays for the next read.
+		if lk.rate == 0 && lk.seq <= acked && now >= lk.st.T+2*max(lk.info.period, 1) && l.untrackIdle(k) {
 			delete(l.keys, k)
-			l.setTracked(k, false)
 		}
 	}
 	l.mu.Unlock()

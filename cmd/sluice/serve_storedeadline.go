@@ -20,7 +20,7 @@ const defaultStoreTimeoutMax = 100 * time.Millisecond
 
 func (d *storeDeadlineFlags) register(f *pflag.FlagSet) {
 	d.flags = f
-	f.DurationVar(&d.max, "store-timeout-max", durationEnv("SLUICE_STORE_TIMEOUT_MAX", defaultStoreTimeoutMax), "greatest deadline of a call to a shared store: the deadline follows the store's latency (3x its p99 over 10 s) between --store-timeout and this, so a loaded but healthy store does not trip the circuit breaker; 0 keeps --store-timeout fixed; unset, it is never below --store-timeout (SLUICE_STORE_TIMEOUT_MAX)")
+	f.DurationVar(&d.max, "store-timeout-max", durationEnv("SLUICE_STORE_TIMEOUT_MAX", defaultStoreTimeoutMax), "greatest deadline of a call to a shared store: the deadline follows the store's latency (3x its p99.9 over 10 s; the greatest while fewer than 20 calls were measured) between --store-timeout and this, so a loaded but healthy store does not trip the circuit breaker; 0 keeps --store-timeout fixed; unset, it is never below --store-timeout (SLUICE_STORE_TIMEOUT_MAX)")
 }
 
 // validate checks the flag against --store-timeout. Left unset, the greatest deadline is raised to

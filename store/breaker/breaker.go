@@ -200,7 +200,12 @@ var errCallerGone = errors.New("caller gone")
 // gone marks err with errCallerGone when the caller's context ended: the store may have been
 // fine, only not given its time.
 func gone(caller context.Context, err error) error {
-	if err != nil && caller.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	// A caller whose deadline has passed is gone though its context may not say so yet: its
+	// timer and the store's, set to the same instant, race.
+	if d, ok := caller.Deadline(); caller.Err() != nil || ok && !time.Now().Before(d) {
 		return fmt.Errorf("%w (%w)", err, errCallerGone)
 	}
 	return err

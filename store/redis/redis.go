@@ -606,7 +606,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	if reused {
 		// The key holds another request's record (on a Cluster, at least on the key's own
 		// slot): this request consumes nothing, so slots that decided it give back.
-		s.refund(ctx, b, groups, nows, results, fresh)
+		s.refund(ctx, deadline, b, groups, nows, results, fresh)
 		return false, store.ErrIdempotencyMismatch
 	}
 	if failure != nil {
@@ -619,7 +619,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 			}
 		}
 		if len(groups) > 1 {
-			s.refund(ctx, b, groups, nows, results, fresh)
+			s.refund(ctx, deadline, b, groups, nows, results, fresh)
 		}
 		if !denied {
 			return false, failure // undecided: the caller follows on_store_error
@@ -638,7 +638,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	if denied && len(groups) > 1 {
 		// A failed refund leaves the others' units consumed (quota lost, never double
 		// granted); the request is denied all the same.
-		s.refund(ctx, b, groups, nows, results, fresh)
+		s.refund(ctx, deadline, b, groups, nows, results, fresh)
 	}
 	return replayed, nil
 }
@@ -986,7 +986,7 @@ func (s *Store) opString(op *store.Op) string {
 // refund gives back what the groups decided now consumed, when another group denied or the
 // request cannot stand, and drops the idempotency records they wrote: only an allowed request
 // is remembered.
-func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, fresh []bool) error {
+func (s *Store) refund(ctx context.Context, deadline time.Time, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, fresh []bool) error {
 	// A group that denied rolled itself back inside its script and wrote no record, and one
 	// that replayed or did not answer consumed nothing here: only groups that committed have
 	// anything to give back.
@@ -1022,6 +1022,13 @@ func (s *Store) refund(ctx context.Context, b *store.Batch, groups []group, nows
 	}
 	if len(execs) == 0 {
 		return nil
+	}
+	// The call's deadline holds the refund too: on the coalesced path under ApplyBy, ctx may
+	// have none of its own.
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	replies, err := s.do(ctx, refundScript, refundFunction, execs, nil)
 	if err != nil {

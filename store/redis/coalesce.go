@@ -151,14 +151,15 @@ func (l *lane) flush(flight []*pending) {
 	}
 	l.s.coalescedCalls.Add(1)
 	l.s.coalescedBatches.Add(uint64(len(live)))
-	// The latest of the callers' deadlines: each caller leaves at its own.
+	// The latest of the callers' deadlines: each caller leaves at its own. The lane makes the
+	// round trip itself, not on a goroutine of do's: no caller waits on the lane but through
+	// its own timer (see coalesced), so leaving a call stuck in rueidis buys nothing here, and
+	// the hand-off to that goroutine and back was a cost of every call. A lane stuck in rueidis
+	// holds its queue, which is bounded (maxWaiting), until rueidis returns.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	replies, err := l.s.do(ctx, multiScript, multiFunction, []rueidis.LuaExec{{Keys: keys, Args: args}}, nil)
+	replies := l.s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{{Keys: keys, Args: args}})
 	cancel()
-	var msgs []rueidis.RedisMessage
-	if err == nil {
-		msgs, err = replies[0].ToArray()
-	}
+	msgs, err := replies[0].ToArray()
 	// The reply is flat: each batch's values follow the one before's (see multi.lua), so the
 	// whole of it is read before anyone is answered.
 	at := 0

@@ -256,3 +256,26 @@ func BenchmarkRedisFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOpString measures finding the wire string of an op, four limits a request, from
+// parallel callers, as every request does for each of its limits.
+//
+//	go test -run '^$' -bench BenchmarkOpString -benchmem ./store/redis/
+func BenchmarkOpString(b *testing.B) {
+	st := &Store{}
+	ops := make([]store.Op, 4)
+	for i := range ops {
+		p, _ := algorithm.NewParams(algorithm.FixedWindow, int64(1000*(i+1)), 0, time.Second)
+		ops[i] = store.Op{Params: &p, Cost: 1}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			for i := range ops {
+				if st.opString(&ops[i]) == "" {
+					b.Error("no op string")
+				}
+			}
+		}
+	})
+}

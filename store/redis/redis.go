@@ -91,8 +91,7 @@ type Store struct {
 	scripts   bool         // WithScripts: never load the library
 	now       func() int64 // tests only: pass the time instead of Redis TIME
 	timeout   time.Duration
-	ops       sync.Map // opKey -> its wire string (see opString)
-	nops      atomic.Int64
+	ops       [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.slot (see opString)
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
@@ -938,16 +937,34 @@ func (s *Store) placeRecords(gs []group, id []byte) []group {
 	return gs
 }
 
-// maxCachedOps bounds the cache of op strings: a policy has few distinct limits and most
-// requests cost 1, but per-request overrides (Envoy's descriptor limit) and costs can make
-// any number.
-const maxCachedOps = 10_000
+// opCacheSize is how many op strings the store keeps, in a table indexed by a hash of the op:
+// a policy has few distinct limits and most requests cost 1, so nearly every op finds its
+// string; per-request limits (Envoy's descriptor limit, a region's lowered global limits) and
+// costs can make any number, and each new one takes the place of the one in its slot rather
+// than fill a map for good. A direct-mapped table rather than a sync.Map: hashing a whole
+// opKey through an interface cost each op ~250 ns, a tenth of the store's CPU per request.
+const opCacheSize = 1 << 10
 
 // opKey is what an op string is made of.
 type opKey struct {
 	params algorithm.Params
 	cost   int64
 	mode   int8
+}
+
+// opEntry is an op string and the op it was made of.
+type opEntry struct {
+	key opKey
+	str string
+}
+
+// slot is where k's string is kept: a mix of the fields that tell ops apart (the derived
+// ones follow from them).
+func (k *opKey) slot() int {
+	p := &k.params
+	h := uint64(p.Kind)*0x9e3779b97f4a7c15 ^ uint64(p.Limit)*0xbf58476d1ce4e5b9 ^ uint64(p.Burst)*0x94d049bb133111eb ^
+		uint64(p.Period)*0xd6e8feb86659fd93 ^ uint64(k.cost)*0xff51afd7ed558ccd ^ uint64(k.mode)
+	return int((h ^ h>>29) & (opCacheSize - 1))
 }
 
 // opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
@@ -962,8 +979,9 @@ func (s *Store) opString(op *store.Op) string {
 	case op.Shadow:
 		k.mode = 1
 	}
-	if v, ok := s.ops.Load(k); ok {
-		return v.(string)
+	at := &s.ops[k.slot()]
+	if e := at.Load(); e != nil && e.key == k {
+		return e.str
 	}
 	p := op.Params
 	tick, tickExp, periodTicks, scale, rate, capacity := p.Derived()
@@ -975,11 +993,7 @@ func (s *Store) opString(op *store.Op) string {
 		b = strconv.AppendInt(b, v, 10)
 	}
 	str := string(b)
-	if s.nops.Load() < maxCachedOps {
-		if _, loaded := s.ops.LoadOrStore(k, str); !loaded {
-			s.nops.Add(1)
-		}
-	}
+	at.Store(&opEntry{key: k, str: str})
 	return str
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -541,6 +542,42 @@ func TestRedisClock(t *testing.T) {
 			}
 			if i == 1 && (!res[1].Allowed || res[1].Delay <= 0) {
 				t.Fatalf("coalesce %v: leaky bucket's second request %+v, want a delay", coalesce, res[1])
+			}
+		}
+	}
+}
+
+// TestOpStringCache checks that the op-string table, which many ops share by slot, always
+// answers the op asked for: thousands of ops, each asked for twice in interleaved order.
+func TestOpStringCache(t *testing.T) {
+	st := &Store{}
+	var ops []store.Op
+	for limit := int64(1); limit <= 700; limit++ {
+		for _, kind := range []algorithm.Kind{algorithm.FixedWindow, algorithm.TokenBucket} {
+			p, err := algorithm.NewParams(kind, limit, 0, time.Duration(limit)*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops = append(ops,
+				store.Op{Params: &p, Cost: limit % 3},
+				store.Op{Params: &p, Cost: 1, Shadow: true},
+				store.Op{Params: &p, Cost: 1, Counter: true})
+		}
+	}
+	for round := range 2 {
+		for i := range ops {
+			op := &ops[(i*7919+round)%len(ops)]
+			got := strings.Split(st.opString(op), ",")
+			mode := "0"
+			if op.Counter {
+				mode = "2"
+			} else if op.Shadow {
+				mode = "1"
+			}
+			p := op.Params
+			want := []string{strconv.Itoa(int(p.Kind)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.Burst, 10), strconv.FormatInt(p.Period, 10)}
+			if len(got) != 12 || !slices.Equal(got[:4], want) || got[10] != strconv.FormatInt(op.Cost, 10) || got[11] != mode {
+				t.Fatalf("op %+v (cost %d, shadow %v, counter %v): string %q", *p, op.Cost, op.Shadow, op.Counter, strings.Join(got, ","))
 			}
 		}
 	}

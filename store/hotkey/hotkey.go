@@ -94,36 +94,89 @@ func New(inner store.Store, o Options) *Store {
 	return s
 }
 
-// sampleEvery is how many requests pass per one counted in the sketch: detection needs the
-// heavy hitters, not exact counts, and sampling keeps the sketch's lock off most requests.
+// sampleEvery is how many keys pass per one counted in the sketch: detection needs the heavy
+// hitters, not exact counts, and sampling keeps the sketch's lock off most requests.
 const sampleEvery = 8
 
-// Apply decides a single-op batch on a hot key locally; anything else goes to the store.
-// b.HotKey is set when the decision was local.
+// maxLocalOps is the most limits a request decided locally may have; a request under more
+// goes to the store (its hot keys' lookups use an array on the stack).
+const maxLocalOps = 8
+
+// Apply decides a batch whose every op is on a ready hot key locally, all or nothing as the
+// store would; anything else goes to the store, and what it answers about hot keys is learnt.
+// b.HotKey is set when the decision was local. A request under several limits (a user's, its
+// tenant's, a global one) is local only when all of them are hot: one of its keys in the store
+// means one round trip, which might as well decide all of them exactly.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
-	if len(b.Ops) == 1 && len(b.IdempotencyKey) == 0 {
-		op := &b.Ops[0]
+	if len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
+		return s.inner.Apply(ctx, b, results)
+	}
+	for i := range b.Ops {
 		if s.sampled.Add(1)%sampleEvery == 0 {
-			s.sketch.Add(op.Key)
-		}
-		s.mu.RLock()
-		h := s.hot[string(op.Key)]
-		s.mu.RUnlock()
-		if h != nil {
-			if r, ok := h.decide(op.Params, op.Cost); ok {
-				results[0] = r
-				b.HotKey = true
-				s.local.Add(1)
-				return false, nil
-			}
-			replayed, err := s.inner.Apply(ctx, b, results)
-			if err == nil {
-				h.learn(op.Params, &results[0])
-			}
-			return replayed, err
+			s.sketch.Add(b.Ops[i].Key)
 		}
 	}
-	return s.inner.Apply(ctx, b, results)
+	var hot [maxLocalOps]*hotKey
+	found, all := false, true
+	// The read lock is held through the decision: a sync counts the hits (under the write
+	// lock) before or after a local batch, never between one op's take and its give-back.
+	s.mu.RLock()
+	for i := range b.Ops {
+		h := s.hot[string(b.Ops[i].Key)]
+		hot[i] = h
+		found, all = found || h != nil, all && h != nil
+	}
+	local := all && decideLocal(b, hot[:len(b.Ops)], results)
+	s.mu.RUnlock()
+	if local {
+		b.HotKey = true
+		s.local.Add(1)
+		return false, nil
+	}
+	replayed, err := s.inner.Apply(ctx, b, results)
+	if err == nil && found {
+		for i, h := range hot[:len(b.Ops)] {
+			if h != nil {
+				h.learn(b.Ops[i].Params, &results[i])
+			}
+		}
+	}
+	return replayed, err
+}
+
+// decideLocal decides b, every op of which is on a hot key, as the store decides a batch: a
+// binding op's denial denies the batch and takes back what its siblings admitted, but for
+// counters, which keep what they counted. It reports false, having taken nothing, when a key
+// must ask the store (not synced yet, or with other parameters).
+func decideLocal(b *store.Batch, hot []*hotKey, results []algorithm.Result) bool {
+	denied := false
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		r, ok := hot[i].decide(op.Params, op.Cost)
+		if !ok {
+			giveBack(b, hot[:i], results, true)
+			return false
+		}
+		results[i] = r
+		if !r.Allowed && op.Binding() {
+			denied = true
+		}
+	}
+	if denied {
+		giveBack(b, hot, results, false)
+	}
+	return true
+}
+
+// giveBack returns what the first len(hot) ops of b admitted, the counters' too when counters
+// is set.
+func giveBack(b *store.Batch, hot []*hotKey, results []algorithm.Result, counters bool) {
+	for i, h := range hot {
+		op := &b.Ops[i]
+		if results[i].Allowed && op.Cost > 0 && (counters || !op.Counter) {
+			results[i].Remaining = h.giveBack(op.Cost)
+		}
+	}
 }
 
 // learn takes in what the store answered a request this node sent it for a hot key: what is
@@ -176,6 +229,14 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool
 	}
 	r.Remaining = max(0, h.remaining-h.pending)
 	return r, true
+}
+
+// giveBack returns cost admitted by decide and reports what is left.
+func (h *hotKey) giveBack(cost int64) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pending -= cost
+	return max(0, h.remaining-h.pending)
 }
 
 // Reset passes through, and drops the local view of the keys.
@@ -251,22 +312,20 @@ func (s *Store) detect() {
 // every hot key (a look costs nothing, so one key cannot deny another), then a take per key
 // with hits pending, of what fits. Hits admitted beyond what was left are the bounded overage.
 func (s *Store) sync(ctx context.Context) {
-	s.mu.RLock()
-	keys := make([]*hotKey, 0, len(s.hot))
-	for _, h := range s.hot {
-		keys = append(keys, h)
-	}
-	s.mu.RUnlock()
 	var ready []*hotKey
 	var params []algorithm.Params
 	var pendings []int64
-	for _, h := range keys {
+	// The write lock: no local batch is halfway (see Apply), so the hits counted here are
+	// whole requests', none of which will be given back.
+	s.mu.Lock()
+	for _, h := range s.hot {
 		h.mu.Lock()
 		if h.params.Kind != 0 { // no request has told the parameters of a new key yet
 			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, h.pending)
 		}
 		h.mu.Unlock()
 	}
+	s.mu.Unlock()
 	if len(ready) == 0 {
 		return
 	}

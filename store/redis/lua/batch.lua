@@ -6,10 +6,11 @@
 -- KEYS: per op, its state ("t:v:w"), then, for a sliding_window_log op only, its log list;
 --       then, when the batch has an idempotency TTL, the idempotency record.
 -- ARGV: [1] the head: "n", the number of ops, when the batch has n KEYS, no idempotency and
---       uses Redis TIME (the production case, parsed by one tonumber); else "n,nk,now,ttl,fp":
---       nk the number of KEYS, now in µs or '' to read Redis TIME (the default, so Sluice
---       nodes' clocks do not matter), ttl the idempotency TTL in ms (0 for none), fp the
---       request's fingerprint (hex, '' without a TTL). Then one string per op (see parse_op).
+--       uses Redis TIME (the production case, read through number's cache); else
+--       "n,nk,now,ttl,fp": nk the number of KEYS, now in µs or '' to read Redis TIME (the
+--       default, so Sluice nodes' clocks do not matter), ttl the idempotency TTL in ms (0 for
+--       none), fp the request's fingerprint (hex, '' without a TTL). Then one string per op
+--       (see parse_op).
 -- Reply: status, now, then per op: code, remaining, reset, then retry when code has 2, then
 --        delay when code has 4; code = 1 (allowed) + 2 (retry follows) + 4 (delay follows) +
 --        8 × reason. An absent retry or delay is 0. Values left out cost Redis nothing to send

@@ -6,10 +6,11 @@
 -- KEYS: per op, its state ("t:v:w"), then, for a sliding_window_log op only, its log list;
 --       then, when the batch has an idempotency TTL, the idempotency record.
 -- ARGV: [1] the head: "n", the number of ops, when the batch has n KEYS, no idempotency and
---       uses Redis TIME (the production case, parsed by one tonumber); else "n,nk,now,ttl,fp":
---       nk the number of KEYS, now in µs or '' to read Redis TIME (the default, so Sluice
---       nodes' clocks do not matter), ttl the idempotency TTL in ms (0 for none), fp the
---       request's fingerprint (hex, '' without a TTL). Then one string per op (see parse_op).
+--       uses Redis TIME (the production case, read through number's cache); else
+--       "n,nk,now,ttl,fp": nk the number of KEYS, now in µs or '' to read Redis TIME (the
+--       default, so Sluice nodes' clocks do not matter), ttl the idempotency TTL in ms (0 for
+--       none), fp the request's fingerprint (hex, '' without a TTL). Then one string per op
+--       (see parse_op).
 -- Reply: status, now, then per op: code, remaining, reset, then retry when code has 2, then
 --        delay when code has 4; code = 1 (allowed) + 2 (retry follows) + 4 (delay follows) +
 --        8 × reason. An absent retry or delay is 0. Values left out cost Redis nothing to send
@@ -23,9 +24,9 @@ local DECIDED, REPLAYED, MISMATCH = 0, 1, 2
 local UNDO_WIDTH = 8
 
 -- The scratch of batch_at, overwritten by each batch (see prelude.lua): per op i, its op, its
--- state, its result and the expiry its commit asks for; the undo records; op_done, how many
--- ops of the running batch have been decided (see rollback); look, the result of a look after
--- a denial.
+-- state, its result and the expiry its commit asked for (set only by a commit); the undo
+-- records; op_done, how many ops of the running batch have been decided (see rollback); look,
+-- the result of a look after a denial.
 local op_p, op_s, op_r, op_idle, undo, look = {}, {}, {}, {}, {}, {}
 local op_done = 0
 
@@ -44,7 +45,7 @@ end
 
 -- parse_head reads a batch's head: n, nk, now (nil for Redis TIME), ttl, fp.
 local function parse_head(head)
-  local n = tonumber(head)
+  local n = number(head)
   if n then return n, n, nil, 0, '' end
   local nk, now, ttl, fp
   n, nk, now, ttl, fp = string.match(head, '^(%d+),(%d+),(%-?%d*),(%d+),(%x*)$')
@@ -53,12 +54,22 @@ local function parse_head(head)
   return tonumber(n), tonumber(nk), now, tonumber(ttl), fp
 end
 
--- The expiry of the last state written, and its string: the keys of a window algorithm all
--- expire at the window's end, so most writes reuse the string rather than format it.
-local last_expire, last_expire_str = nil, nil
-local function expire_string(ms)
-  if ms ~= last_expire then last_expire, last_expire_str = ms, fmt(ms) end
+-- The idle time (µs) of the last state written, and the string of its expiry (ms): the keys
+-- of a window algorithm all expire at the window's end, so most writes reuse the string rather
+-- than compute and format it.
+local last_idle, last_expire_str = nil, nil
+local function expire_string(idle)
+  if idle ~= last_idle then last_idle, last_expire_str = idle, fmt(ceil_div(idle, 1000)) end
   return last_expire_str
+end
+
+-- The reply table, kept between calls (see prelude.lua): a call's hundred values made a fresh
+-- one grow seven times. Every writer fills it from 1 up without a gap, so #reply is where the
+-- last call's values end; end_reply drops those past o, the values of this call.
+local reply = {}
+local function end_reply(o)
+  for j = #reply, o + 1, -1 do reply[j] = nil end
+  return reply
 end
 
 -- undo_ops undoes the commits of the first n ops of the batch, last first, counters' too when
@@ -119,7 +130,8 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
   -- sibling to deny it, and nothing after its commit can fail but the record's write.
   local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
-    local p = parse_op(ARGV[ao + i])
+    local str = ARGV[ao + i]
+    local p = op_cache[str] or parse_op(str)
     local key = KEYS[k + 1]
     local s = states_by_key[key]
     if not s then
@@ -141,8 +153,8 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
       op_r[i] = r
     end
     local cost, u = p.cost, (i - 1) * UNDO_WIDTH
-    p.alg.decide(p, s, now, cost, r)
-    op_p[i], op_s[i], op_idle[i], undo[u + 1] = p, s, false, false
+    p.decide(p, s, now, cost, r)
+    op_p[i], op_s[i], undo[u + 1] = p, s, false
     if not r.allowed then
       if p.mode == MODE_BINDING then denied = true end
     elseif cost > 0 then
@@ -152,7 +164,10 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
         undo[u + 1], undo[u + 2], undo[u + 3], undo[u + 4] = s.t, s.v, s.w, #s.log
         undo[u + 5], undo[u + 6], undo[u + 7], undo[u + 8] = last, s.last_changed, s.dirty, s.idle
       end
-      op_idle[i] = p.alg.commit(p, s, now, cost)
+      -- The state's expiry moves on at once: an undo restores it with the rest.
+      local idle = p.commit(p, s, now, cost)
+      op_idle[i] = idle
+      if idle > s.idle then s.idle = idle end
       s.dirty = true
     end
     op_done = i
@@ -162,20 +177,19 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
     -- A counter counts whatever its siblings decide: its commit stands.
     undo_ops(n, false)
     -- Allowed ops of a denied batch consumed nothing: report what they really have left.
-    -- Counters did consume, and their states stay dirty: they are written below.
+    -- Counters did consume, and their states stay dirty: they are written below, expiring as
+    -- late as their commits asked, which an undo of a sibling on their key may have undone.
     for i = 1, n do
       local p, r = op_p[i], op_r[i]
-      if r.allowed and p.cost > 0 and p.mode ~= MODE_COUNTER then
-        p.alg.decide(p, op_s[i], now, 0, look)
-        r.remaining, r.reset, r.delay = look.remaining, look.reset, 0
+      if r.allowed and p.cost > 0 then
+        if p.mode ~= MODE_COUNTER then
+          p.decide(p, op_s[i], now, 0, look)
+          r.remaining, r.reset, r.delay = look.remaining, look.reset, 0
+        else
+          local s = op_s[i]
+          s.idle = imax(s.idle, op_idle[i])
+        end
       end
-    end
-  end
-  for i = 1, n do
-    local idle = op_idle[i]
-    if idle and (op_p[i].mode == MODE_COUNTER or not denied) then
-      local s = op_s[i]
-      s.idle = imax(s.idle, idle)
     end
   end
   local o0 = o
@@ -183,20 +197,20 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
   o = o + 2
   for i = 1, n do
     local r = op_r[i]
-    local c = o + 1
-    out[c], out[c + 1], out[c + 2] = 0, r.remaining, r.reset
-    o = c + 2
-    local code = 8 * r.reason
+    local code, retry, delay = 8 * r.reason, r.retry, r.delay
     if r.allowed then code = code + 1 end
-    if r.retry ~= 0 then
-      code, o = code + 2, o + 1
-      out[o] = r.retry
+    if retry ~= 0 then code = code + 2 end
+    if delay ~= 0 then code = code + 4 end
+    out[o + 1], out[o + 2], out[o + 3] = code, r.remaining, r.reset
+    o = o + 3
+    if retry ~= 0 then
+      o = o + 1
+      out[o] = retry
     end
-    if r.delay ~= 0 then
-      code, o = code + 4, o + 1
-      out[o] = r.delay
+    if delay ~= 0 then
+      o = o + 1
+      out[o] = delay
     end
-    out[c] = code
   end
   -- A denial is not remembered: its retry, after Retry-After, is decided afresh.
   if ttl > 0 and not denied then
@@ -213,7 +227,7 @@ local function write_states()
   for i = 1, nstates do
     local s = states[i]
     if s.dirty then
-      local expire_ms = expire_string(ceil_div(s.idle, 1000))
+      local expire_ms = expire_string(s.idle)
       save_state(s, expire_ms)
       if s.kind == SLIDING_WINDOW_LOG then
         if s.head > 1 then redis.call('LTRIM', s.log_key, s.head - 1, -1) end
@@ -250,12 +264,11 @@ local function redis_time()
 end
 
 local function batch(KEYS, ARGV)
-  bind_math()
+  bind_globals()
   begin_call()
   local n, nk, now, ttl, fp = parse_head(ARGV[1])
   if not now then now = redis_time()() end
-  local out = {}
-  batch_at(KEYS, ARGV, 0, 1, n, nk, now, ttl, fp, out, 0)
+  local o = batch_at(KEYS, ARGV, 0, 1, n, nk, now, ttl, fp, reply, 0)
   write_states()
-  return out
+  return end_reply(o)
 end

@@ -10,10 +10,10 @@
 --        and send.
 
 local function multi(KEYS, ARGV)
-  bind_math()
+  bind_globals()
   begin_call()
   local clock = redis_time()
-  local out, o = {}, 0
+  local out, o = reply, 0
   local ko, ao, na = 0, 0, #ARGV
   while ao < na do
     local n, nk, now, ttl, fp = parse_head(ARGV[ao + 1])
@@ -35,5 +35,5 @@ local function multi(KEYS, ARGV)
     ko, ao = ko + nk, ao + 1 + n
   end
   write_states()
-  return out
+  return end_reply(o)
 end

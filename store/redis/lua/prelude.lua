@@ -11,11 +11,12 @@
 -- entry points keep their state and result tables and per-op arrays between batches (and, in a
 -- Function library, between calls) and overwrite them.
 
--- floor is math.floor, bound by each entry point when it is called (bind_math): a Function
--- library may not touch math while it loads, and a wrapper looking it up on every use was a
--- measurable part of a call.
-local floor
-local function bind_math() floor = math.floor end
+-- floor is math.floor and call redis.call, bound by each entry point when it is called
+-- (bind_globals): a Function library may not touch math or redis.call while it loads, and a
+-- wrapper looking them up on every use was a measurable part of a call. The hot paths (a
+-- state's GET and SET) use call; the rest looks redis.call up.
+local floor, call
+local function bind_globals() floor, call = math.floor, redis.call end
 local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
 local REASON_NONE, REASON_COST_EXCEEDS_CAPACITY = 0, 1
 
@@ -97,20 +98,23 @@ local function convert(p, s, now_t)
   return true
 end
 
--- window is the start (µs) of the epoch-aligned window of p.period that holds now.
-local function window(p, now) return now - imod(now, p.period) end
+-- window is the start (µs) of the epoch-aligned window of p.period that holds now (% as in
+-- imod, written out: a call less on every window op).
+local function window(p, now) return now - now % p.period end
 
 -- NO_LOG is the log of every state but sliding_window_log's: always empty, never written.
 local NO_LOG = {}
 
--- number reads a decimal integer. The parts of the states a call reads repeat (a window's
--- start, a small count, a fingerprint), and a table lookup of an interned string is several
--- times cheaper than tonumber's strtod, so they are kept, a bounded number of them.
+-- number reads a decimal integer, nil for anything else. The parts of the states a call reads
+-- repeat (a window's start, a small count, a fingerprint), as do batch heads, and a table
+-- lookup of an interned string is several times cheaper than tonumber's strtod, so they are
+-- kept, a bounded number of them.
 local numbers, numbers_size = {}, 0
 local function number(str)
   local x = numbers[str]
   if x then return x end
   x = tonumber(str)
+  if not x then return nil end
   if numbers_size >= 4096 then numbers, numbers_size = {}, 0 end
   numbers[str], numbers_size = x, numbers_size + 1
   return x
@@ -123,7 +127,7 @@ end
 local function load_state(key, log_key, kind, s)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
-  local raw = redis.call('GET', key)
+  local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers
     -- still fails, at its first use as a number.
@@ -144,13 +148,34 @@ end
 
 local function fmt(x) return string.format('%d', x) end
 
+-- decimal is fmt kept, as number keeps tonumber: the states a call writes hold the same parts
+-- again and again, and a lookup costs a fraction of string.format.
+local decimals, decimals_size = {}, 0
+local function decimal(x)
+  local str = decimals[x]
+  if str then return str end
+  str = fmt(x)
+  if decimals_size >= 4096 then decimals, decimals_size = {}, 0 end
+  decimals[x], decimals_size = str, decimals_size + 1
+  return str
+end
+
+-- The value save_state wrote last and the numbers it was made of: states often differ from the
+-- one written before in none of them (every fresh key of a window holds its start, 1 and 0).
+local saved_t, saved_v, saved_w, saved_value = nil, nil, nil, nil
+
 -- save_state writes t:v:w, expiring at expire (ms, a string) or keeping the key's TTL.
 local function save_state(s, expire)
-  local value = string.format('%d:%d:%d', s.t, s.v, s.w)
+  local t, v, w = s.t, s.v, s.w
+  if t ~= saved_t or v ~= saved_v or w ~= saved_w then
+    saved_t, saved_v, saved_w = t, v, w
+    saved_value = decimal(t) .. ':' .. decimal(v) .. ':' .. decimal(w)
+  end
+  local value = saved_value
   if expire then
-    redis.call('SET', s.key, value, 'PXAT', expire)
+    call('SET', s.key, value, 'PXAT', expire)
   else
-    redis.call('SET', s.key, value, 'KEEPTTL')
+    call('SET', s.key, value, 'KEEPTTL')
   end
 end
 
@@ -165,7 +190,8 @@ local algorithms = {}
 -- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity,cost,mode". Loaded as
 -- a Redis Function, the library keeps the parsed tables across calls: a policy has few distinct
 -- limits, and most requests cost 1, so a call finds its ops here rather than converting a
--- dozen numbers each. The table also holds the op's algorithm and how many KEYS it takes.
+-- dozen numbers each. The table also holds the op's algorithm's decide and commit and how many
+-- KEYS it takes.
 local op_cache, op_cache_size = {}, 0
 local function parse_op(str)
   local p = op_cache[str]
@@ -175,7 +201,8 @@ local function parse_op(str)
   if #v ~= 12 or not algorithms[v[1]] then error('sluice: bad op ' .. str) end
   p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
         period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = v[12],
-        alg = algorithms[v[1]], nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
+        decide = algorithms[v[1]].decide, commit = algorithms[v[1]].commit,
+        nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
   if op_cache_size >= 10000 then op_cache, op_cache_size = {}, 0 end
   op_cache[str], op_cache_size = p, op_cache_size + 1
   return p

@@ -11,7 +11,7 @@
 -- the request reports the same numbers as an all-or-nothing store would.
 
 local function refund(KEYS, ARGV)
-  bind_math()
+  bind_globals()
   local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
   if KEYS[2 * n + 1] then redis.call('DEL', KEYS[2 * n + 1]) end
   for i = 1, n do
@@ -63,7 +63,7 @@ local function refund(KEYS, ARGV)
   for i = 1, n do
     local p = parse_op(ARGV[2 + i])
     local r = {}
-    p.alg.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}), now, 0, r)
+    p.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}), now, 0, r)
     out[#out + 1] = r.remaining
     out[#out + 1] = r.reset
   end

@@ -115,10 +115,13 @@ const (
 )
 
 // Observation is one limit's outcome of one counted decision, for Options.Observe. APIKey is
-// the hashed prefix (HashAPIKey), never the key.
+// the hashed prefix (HashAPIKey), never the key. At is when the recorder counted it (one
+// clock read per decision rather than one per limit: on a VM a read costs ~0.2 µs); an
+// observer takes its own clock when At is zero.
 type Observation struct {
 	Rule, Tenant, User, APIKey, IP string
 	Outcome                        Outcome
+	At                             time.Time
 }
 
 // TopTenants bounds the tenants Options.TenantThrottle reports.

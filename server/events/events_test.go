@@ -540,8 +540,8 @@ rules:
 	}
 }
 
-// TestObserve: the observer sees each counted limit's outcome, with the API key hashed, and
-// nothing that is not counted (exempt requests, shadow limits).
+// TestObserve: the observer sees each counted limit's outcome, with the API key hashed and the
+// recorder's time, and nothing that is not counted (exempt requests, shadow limits).
 func TestObserve(t *testing.T) {
 	t.Parallel()
 	st, _ := backends[0].open(t, control.Options{})
@@ -549,10 +549,11 @@ func TestObserve(t *testing.T) {
 		mu  sync.Mutex
 		got = map[string]int{}
 	)
-	rec := newRecorder(t, events.Options{Store: st, Observe: func(o events.Observation) {
+	at := time.Date(2026, 11, 23, 22, 50, 0, 0, time.UTC)
+	rec := newRecorder(t, events.Options{Store: st, Now: func() time.Time { return at }, Observe: func(o events.Observation) {
 		mu.Lock()
 		defer mu.Unlock()
-		got[fmt.Sprintf("%s %s %s %s %d", o.Rule, o.Tenant, o.User, o.APIKey, o.Outcome)]++
+		got[fmt.Sprintf("%s %s %s %s %d %s", o.Rule, o.Tenant, o.User, o.APIKey, o.Outcome, o.At.Format(time.TimeOnly))]++
 	}})
 	l := testutil.Limiter(t, policyYAML, testutil.NewClock())
 	check(t, l, rec, sluice.Request{Tenant: "acme", User: "u1", APIKey: "sk-1"}, 8)
@@ -560,10 +561,10 @@ func TestObserve(t *testing.T) {
 	flush(t, rec)
 	k := events.HashAPIKey("sk-1")
 	want := map[string]int{
-		"per-user acme u1 " + k + " 0":   2,
-		"per-user acme u1 " + k + " 1":   3,
-		"per-user acme u1 " + k + " 2":   3,
-		"per-tenant acme u1 " + k + " 0": 8,
+		"per-user acme u1 " + k + " 0 22:50:00":   2,
+		"per-user acme u1 " + k + " 1 22:50:00":   3,
+		"per-user acme u1 " + k + " 2 22:50:00":   3,
+		"per-tenant acme u1 " + k + " 0 22:50:00": 8,
 	}
 	mu.Lock()
 	defer mu.Unlock()

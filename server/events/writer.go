@@ -103,7 +103,8 @@ func (r *Recorder) drain(c *counts) {
 // counts they would have held are lost and counted (one for the usage row, one for the
 // violation row).
 func (r *Recorder) add(c *counts, e *event) {
-	minute := r.o.Now().Unix() / 60
+	now := r.o.Now()
+	minute := now.Unix() / 60
 	var apiKey string // hashed once per event, and only for a violation
 	for i := range e.results[:e.n] {
 		res := &e.results[i]
@@ -119,7 +120,7 @@ func (r *Recorder) add(c *counts, e *event) {
 			if apiKey == "" && e.apiKey != "" {
 				apiKey = HashAPIKey(e.apiKey)
 			}
-			r.o.Observe(Observation{Rule: rule, Tenant: e.tenant, User: e.user, APIKey: apiKey, IP: e.ip, Outcome: Outcome(res.outcome)})
+			r.o.Observe(Observation{Rule: rule, Tenant: e.tenant, User: e.user, APIKey: apiKey, IP: e.ip, Outcome: Outcome(res.outcome), At: now})
 		}
 		uk := usageKey{minute, rule, storable(e.tenant, control.MaxValueLen)}
 		u, ok := c.usage[uk]

@@ -164,7 +164,10 @@ func splitConsumer(k string) (tenant, id string) {
 
 // Observe counts one limit's outcome. It is an events.Options.Observe.
 func (c *Collector) Observe(o events.Observation) {
-	now := c.o.Now()
+	now := o.At
+	if now.IsZero() {
+		now = c.o.Now()
+	}
 	sec := now.Unix()
 	key := Consumer(o.Tenant, o.User, o.APIKey, o.IP)
 	c.mu.Lock()

@@ -187,3 +187,20 @@ func TestMergeAndTop(t *testing.T) {
 		t.Errorf("top of every rule %+v", all)
 	}
 }
+
+// TestObserveTakesTheRecordersTime: an observation stamped by the recorder (At) is counted in
+// its second, not the one the collector's clock says; one without At takes the clock's.
+func TestObserveTakesTheRecordersTime(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := New(Options{Node: "n1", Store: "memory", Now: clk.Now})
+	at := clk.Now().Add(5 * time.Second)
+	c.Observe(events.Observation{Rule: "r", Tenant: "acme", User: "bob", At: at})
+	c.Observe(events.Observation{Rule: "r", Tenant: "acme", User: "bob"})
+	r := c.rules["r"]
+	for _, want := range []int64{at.Unix(), clk.Now().Unix()} {
+		if b := r.buckets[want%int64(len(r.buckets))]; b.sec != want || b.c.Allowed != 1 {
+			t.Errorf("second %d: bucket %+v, want one allowed", want, b)
+		}
+	}
+}

@@ -190,7 +190,9 @@ func (c *Collector) Observe(o events.Observation) {
 // rotate moves the top sketches into now's TopWindow generation. c.mu is held.
 func (c *Collector) rotate(now time.Time) {
 	gen := now.UnixNano() / int64(c.o.TopWindow)
-	if gen == c.topGen {
+	if gen <= c.topGen {
+		// An observation stamped before a snapshot rotated (the recorder reads the clock
+		// once per decision, before the lock) must not rotate back and drop the window.
 		return
 	}
 	for _, r := range c.rules {

@@ -204,3 +204,19 @@ func TestObserveTakesTheRecordersTime(t *testing.T) {
 		}
 	}
 }
+
+// TestLateObservationKeepsTheTop: an observation stamped in a top window before the current one
+// (the recorder's time, read before a snapshot rotated) is counted without rotating back, which
+// would drop the current window's top.
+func TestLateObservationKeepsTheTop(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := New(Options{Node: "n1", Store: "memory", Now: clk.Now})
+	then := clk.Now()
+	clk.add(2 * DefaultTopWindow)
+	c.Observe(events.Observation{Rule: "r", Tenant: "acme", User: "bob", At: clk.Now()})
+	c.Observe(events.Observation{Rule: "r", Tenant: "acme", User: "ann", At: then})
+	if got := len(c.rules["r"].cur.Summary().Counters); got != 2 {
+		t.Errorf("the current window's top holds %d consumers, want 2 (bob and the late ann)", got)
+	}
+}

@@ -59,16 +59,16 @@ type hotKey struct {
 	mu        sync.Mutex
 	key       []byte
 	params    algorithm.Params
-	remaining int64 // what the store reported at the last sync
-	cap       int64 // the most this node may hold admitted but not yet in the store
-	budget    int64 // what this node may admit until the next sync: min(cap, remaining/nodes)
-	pending   int64 // admitted here since the last sync, not yet in the store
-	reset     int64 // reset_after at the last sync, µs
-	retry     int64 // retry_after when the store was spent at the last sync, µs
-	seen      bool  // requested during the last detection interval
-	detached  bool  // no longer in the hot map: its requests go to the store
-	syncEvery int64 // µs
-	ready     bool  // synced at least once with the current params: decisions can be local
+	remaining int64       // what the store reported at the last sync
+	cap       int64       // the most this node may hold admitted but not yet in the store
+	budget    int64       // what this node may admit until the next sync: min(cap, remaining/nodes)
+	pending   int64       // admitted here since the last sync, not yet in the store
+	reset     int64       // reset_after at the last sync, µs
+	retry     int64       // retry_after when the store was spent at the last sync, µs
+	seen      atomic.Bool // requested during the last detection interval
+	detached  bool        // no longer in the hot map: its requests go to the store
+	syncEvery int64       // µs
+	ready     bool        // synced at least once with the current params: decisions can be local
 }
 
 // New wraps inner. Close stops the background sync and writes back what is pending.
@@ -94,8 +94,10 @@ func New(inner store.Store, o Options) *Store {
 	return s
 }
 
-// sampleEvery is how many keys pass per one counted in the sketch: detection needs the heavy
-// hitters, not exact counts, and sampling keeps the sketch's lock off most requests.
+// sampleEvery is how many requests pass per one whose keys are counted in the sketch:
+// detection needs the heavy hitters, not exact counts, and sampling keeps the sketch's lock off
+// most requests. A request, not a key: counting every 8th key of requests of 4 or 8 limits
+// would count the same limit's key every time.
 const sampleEvery = 8
 
 // maxLocalOps is the most limits a request decided locally may have; a request under more
@@ -111,8 +113,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	if len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
 		return s.inner.Apply(ctx, b, results)
 	}
-	for i := range b.Ops {
-		if s.sampled.Add(1)%sampleEvery == 0 {
+	if s.sampled.Add(1)%sampleEvery == 0 {
+		for i := range b.Ops {
 			s.sketch.Add(b.Ops[i].Key)
 		}
 	}
@@ -123,6 +125,9 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	s.mu.RLock()
 	for i := range b.Ops {
 		h := s.hot[string(b.Ops[i].Key)]
+		if h != nil && !h.seen.Load() {
+			h.seen.Store(true) // asked for, if only beside a key that is not hot
+		}
 		hot[i] = h
 		found, all = found || h != nil, all && h != nil
 	}
@@ -134,12 +139,11 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		return false, nil
 	}
 	replayed, err := s.inner.Apply(ctx, b, results)
-	if err == nil && found {
-		for i, h := range hot[:len(b.Ops)] {
-			if h != nil {
-				h.learn(b.Ops[i].Params, &results[i])
-			}
-		}
+	// Only a lone op's result is surely the store's word on its key: a request of several that
+	// a Cluster denied in one slot and failed to refund in another reports stand-ins for the
+	// ops it could not look at again.
+	if err == nil && found && len(b.Ops) == 1 {
+		hot[0].learn(b.Ops[0].Params, &results[0])
 	}
 	return replayed, err
 }
@@ -169,12 +173,21 @@ func decideLocal(b *store.Batch, hot []*hotKey, results []algorithm.Result) bool
 }
 
 // giveBack returns what the first len(hot) ops of b admitted, the counters' too when counters
-// is set.
+// is set, and then reports what each of those ops has left: after every give-back, since two
+// ops of a batch may share a key.
 func giveBack(b *store.Batch, hot []*hotKey, results []algorithm.Result, counters bool) {
-	for i, h := range hot {
+	back := func(i int) bool {
 		op := &b.Ops[i]
-		if results[i].Allowed && op.Cost > 0 && (counters || !op.Counter) {
-			results[i].Remaining = h.giveBack(op.Cost)
+		return results[i].Allowed && op.Cost > 0 && (counters || !op.Counter)
+	}
+	for i, h := range hot {
+		if back(i) {
+			h.giveBack(b.Ops[i].Cost)
+		}
+	}
+	for i, h := range hot {
+		if back(i) {
+			results[i].Remaining = h.left()
 		}
 	}
 }
@@ -198,7 +211,7 @@ func (h *hotKey) learn(p *algorithm.Params, r *algorithm.Result) {
 func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.seen = true
+	h.seen.Store(true)
 	if h.params != *p {
 		h.params, h.ready = *p, false
 	}
@@ -231,11 +244,17 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool
 	return r, true
 }
 
-// giveBack returns cost admitted by decide and reports what is left.
-func (h *hotKey) giveBack(cost int64) int64 {
+// giveBack returns cost admitted by decide.
+func (h *hotKey) giveBack(cost int64) {
+	h.mu.Lock()
+	h.pending -= cost
+	h.mu.Unlock()
+}
+
+// left is what the key has left to admit, as decide reports it.
+func (h *hotKey) left() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.pending -= cost
 	return max(0, h.remaining-h.pending)
 }
 
@@ -291,8 +310,8 @@ func (s *Store) detect() {
 	defer s.mu.Unlock()
 	for k, h := range s.hot {
 		h.mu.Lock()
-		idle := !h.seen && h.pending == 0
-		h.seen = false
+		idle := !h.seen.Load() && h.pending == 0
+		h.seen.Store(false)
 		h.detached = idle // a request that found it just before sends its hits to the store
 		h.mu.Unlock()
 		if idle {
@@ -303,7 +322,9 @@ func (s *Store) detect() {
 		if s.hot[k] == nil {
 			// Its parameters come with its next request; until a sync has read the store,
 			// its requests still go there.
-			s.hot[k] = &hotKey{key: []byte(k), seen: true}
+			h := &hotKey{key: []byte(k)}
+			h.seen.Store(true)
+			s.hot[k] = h
 		}
 	}
 }
@@ -387,7 +408,9 @@ func (s *Store) writeBack(ctx context.Context, h *hotKey, p *algorithm.Params, p
 // Promote makes k hot with params at once, for tests and for keys an operator knows are hot.
 func (s *Store) Promote(k []byte, params algorithm.Params) {
 	s.mu.Lock()
-	s.hot[string(k)] = &hotKey{key: append([]byte(nil), k...), params: params, seen: true}
+	h := &hotKey{key: append([]byte(nil), k...), params: params}
+	h.seen.Store(true)
+	s.hot[string(k)] = h
 	s.mu.Unlock()
 	s.sync(context.Background())
 }

@@ -142,7 +142,8 @@ func (l *lane) flush(flight []*pending) {
 	if len(live) == 0 {
 		return
 	}
-	// Fresh slices: a call abandoned at its deadline may still be read by its goroutine (see do).
+	// Fresh slices, as a pending batch's are: rueidis may still write a call's strings after
+	// the call timed out.
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs)
 	for _, p := range live {

@@ -91,7 +91,7 @@ type Store struct {
 	scripts   bool         // WithScripts: never load the library
 	now       func() int64 // tests only: pass the time instead of Redis TIME
 	timeout   time.Duration
-	ops       [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.slot (see opString)
+	ops       [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.set (see opString)
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
@@ -937,11 +937,12 @@ func (s *Store) placeRecords(gs []group, id []byte) []group {
 	return gs
 }
 
-// opCacheSize is how many op strings the store keeps, in a table indexed by a hash of the op:
-// a policy has few distinct limits and most requests cost 1, so nearly every op finds its
-// string; per-request limits (Envoy's descriptor limit, a region's lowered global limits) and
-// costs can make any number, and each new one takes the place of the one in its slot rather
-// than fill a map for good. A direct-mapped table rather than a sync.Map: hashing a whole
+// opCacheSize is how many op strings the store keeps, in a table of sets of two indexed by a
+// hash of the op: a policy has few distinct limits and most requests cost 1, so nearly every
+// op finds its string; per-request limits (Envoy's descriptor limit, a region's lowered global
+// limits) and costs can make any number, and each new one takes the place of the older of its
+// set rather than fill a map for good. Two to a set, so that two busy ops whose hashes meet
+// do not evict each other on every request. A table rather than a sync.Map: hashing a whole
 // opKey through an interface cost each op ~250 ns, a tenth of the store's CPU per request.
 const opCacheSize = 1 << 10
 
@@ -958,13 +959,13 @@ type opEntry struct {
 	str string
 }
 
-// slot is where k's string is kept: a mix of the fields that tell ops apart (the derived
-// ones follow from them).
-func (k *opKey) slot() int {
+// set is the first of the two slots where k's string may be kept: a mix of the fields that
+// tell ops apart (the derived ones follow from them).
+func (k *opKey) set() int {
 	p := &k.params
 	h := uint64(p.Kind)*0x9e3779b97f4a7c15 ^ uint64(p.Limit)*0xbf58476d1ce4e5b9 ^ uint64(p.Burst)*0x94d049bb133111eb ^
 		uint64(p.Period)*0xd6e8feb86659fd93 ^ uint64(k.cost)*0xff51afd7ed558ccd ^ uint64(k.mode)
-	return int((h ^ h>>29) & (opCacheSize - 1))
+	return int((h ^ h>>29) & (opCacheSize - 2))
 }
 
 // opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
@@ -979,9 +980,11 @@ func (s *Store) opString(op *store.Op) string {
 	case op.Shadow:
 		k.mode = 1
 	}
-	at := &s.ops[k.slot()]
-	if e := at.Load(); e != nil && e.key == k {
-		return e.str
+	set := s.ops[k.set():][:2]
+	for i := range set {
+		if e := set[i].Load(); e != nil && e.key == k {
+			return e.str
+		}
 	}
 	p := op.Params
 	tick, tickExp, periodTicks, scale, rate, capacity := p.Derived()
@@ -993,7 +996,8 @@ func (s *Store) opString(op *store.Op) string {
 		b = strconv.AppendInt(b, v, 10)
 	}
 	str := string(b)
-	at.Store(&opEntry{key: k, str: str})
+	set[1].Store(set[0].Load()) // the newest first; racing stores lose an entry, never mix one
+	set[0].Store(&opEntry{key: k, str: str})
 	return str
 }
 

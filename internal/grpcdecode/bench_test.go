@@ -25,7 +25,7 @@ func BenchmarkDecode(b *testing.B) {
 	h := decodeErrors(func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		in := new(sluicev1.CheckRequest)
 		return in, dec(in)
-	}, nil)
+	}, nil, nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -26,27 +26,38 @@ import (
 // unmarshalling, or a malformed message) is InvalidArgument naming the field, and rejected
 // (which may be nil) is called for it. It assumes gs decodes with the standard proto codec (no
 // ForceServerCodec).
-func Register(gs grpc.ServiceRegistrar, desc *grpc.ServiceDesc, impl any, rejected func()) {
+// With fast, a request is first decoded by fast (see Fast), and by protobuf when fast declines.
+func Register(gs grpc.ServiceRegistrar, desc *grpc.ServiceDesc, impl any, rejected func(), fast ...Fast) {
 	d := *desc
 	d.Methods = slices.Clone(d.Methods) // the generated desc is shared; never edit it
+	var f Fast
+	if len(fast) > 0 {
+		f = fast[0]
+	}
 	for i := range d.Methods {
-		d.Methods[i].Handler = decodeErrors(d.Methods[i].Handler, rejected)
+		d.Methods[i].Handler = decodeErrors(d.Methods[i].Handler, rejected, f)
 	}
 	gs.RegisterService(&d, impl)
 }
+
+// Fast decodes the wire form b into m, a fresh request message, and reports whether it did.
+// It may decline any input (leaving m in any state): protobuf then decodes b into m afresh and
+// names the field of a bad request. It must never accept what protobuf would decode otherwise
+// or refuse.
+type Fast func(b []byte, m proto.Message) bool
 
 // decodeErrors wraps a generated handler so that a request message that does not decode is
 // InvalidArgument. The handler's dec sends its own status to the client when the codec fails,
 // before the handler can return another, so the codec must not fail: dec is given a
 // rawRequest, whose Unmarshal decodes the real message and keeps the error for us.
-func decodeErrors(h grpc.MethodHandler, rejected func()) grpc.MethodHandler {
+func decodeErrors(h grpc.MethodHandler, rejected func(), fast Fast) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		strict := func(m any) error {
 			pm, ok := m.(proto.Message)
 			if !ok {
 				return dec(m)
 			}
-			raw := rawRequest{m: pm}
+			raw := rawRequest{m: pm, fast: fast}
 			if err := dec(&raw); err != nil {
 				return err // transport errors: oversized, cancelled, bad compression
 			}
@@ -66,8 +77,9 @@ func decodeErrors(h grpc.MethodHandler, rejected func()) grpc.MethodHandler {
 // (the protobuf-go API before v2): the codec hands its Unmarshal method the raw bytes, which
 // no other hook sees, so a decode error can be reported with the field that caused it.
 type rawRequest struct {
-	m   proto.Message
-	err error
+	m    proto.Message
+	fast Fast
+	err  error
 }
 
 func (r *rawRequest) Reset()         { proto.Reset(r.m) }
@@ -77,7 +89,10 @@ func (r *rawRequest) ProtoMessage()  {}
 // Unmarshal decodes b into the real message. It never fails, so that the codec does not
 // answer Internal on its own; the error is kept in r.err.
 func (r *rawRequest) Unmarshal(b []byte) error {
-	if err := proto.Unmarshal(b, r.m); err != nil {
+	if r.fast != nil && r.fast(b, r.m) {
+		return nil
+	}
+	if err := proto.Unmarshal(b, r.m); err != nil { // it resets what fast left
 		if field := InvalidUTF8Field(r.m.ProtoReflect().Descriptor(), b); field != "" {
 			r.err = &policy.FieldError{Field: field, Msg: "not valid UTF-8"}
 		} else {

@@ -239,18 +239,24 @@ func TestEtcdPolicySource(t *testing.T) {
 	}
 }
 
+// startEtcdNodeAhead starts an etcd, writes a policy there 20 times (revisions the node will
+// have seen, so that a member restored empty is behind its watch), and a node watching it.
+func startEtcdNodeAhead(t *testing.T) (*etcdtest.Server, *clientv3.Client, *etcdNode) {
+	t.Helper()
+	s := etcdtest.Start(t)
+	c := etcdClient(t, s)
+	for range 20 {
+		put(t, c, "/sluice/p/a.yaml", limitPolicy(2))
+	}
+	return s, c, startEtcdNode(t, "etcd://"+s.Addr+"/sluice/p")
+}
+
 // TestEtcdReconnectRereads shows that what changed while the node could not reach etcd is
 // read when it reaches etcd again, even when the watch cannot replay it: the member it finds
 // was restored with other data, at a revision the watch had already passed.
 func TestEtcdReconnectRereads(t *testing.T) {
 	t.Parallel()
-	s := etcdtest.Start(t)
-	c := etcdClient(t, s)
-	// Revisions the node will have seen, so that the restored member is behind its watch.
-	for range 20 {
-		put(t, c, "/sluice/p/a.yaml", limitPolicy(2))
-	}
-	n := startEtcdNode(t, "etcd://"+s.Addr+"/sluice/p")
+	s, c, n := startEtcdNodeAhead(t)
 	// A change seen shows the watch is running before the member goes away.
 	start := n.rt.Files().Version
 	put(t, c, "/sluice/p/a.yaml", limitPolicy(3))
@@ -272,12 +278,7 @@ func TestEtcdReconnectRereads(t *testing.T) {
 // a change made after must still be seen, though its revision is below the old watch's.
 func TestEtcdReconnectThenChange(t *testing.T) {
 	t.Parallel()
-	s := etcdtest.Start(t)
-	c := etcdClient(t, s)
-	for range 20 {
-		put(t, c, "/sluice/p/a.yaml", limitPolicy(2))
-	}
-	n := startEtcdNode(t, "etcd://"+s.Addr+"/sluice/p")
+	s, _, n := startEtcdNodeAhead(t)
 	start := n.rt.Files().Version
 	failed := n.reloads(t, "error")
 

@@ -174,19 +174,28 @@ func (m *Metrics) ControlStoreUp(up bool) {
 	m.controlUp.Set(v)
 }
 
+// HotKeyStats are hot-key mode's figures (store/hotkey).
+type HotKeyStats struct {
+	Hot                 int
+	Local, Mixed, Syncs int64
+}
+
 // WatchHotKeys exports hot-key mode's figures, read from stats when scraped: the keys now hot,
-// the requests decided in the process, and the sync calls made to the store.
-func (m *Metrics) WatchHotKeys(stats func() (local, syncs int64, hot int)) {
+// the requests decided in the process, those decided in part (hot limits in the process, the
+// others by the store), and the sync calls made to the store.
+func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 	if m == nil {
 		return
 	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_hot_keys", Help: "Keys this node decides locally (hot-key mode)."},
-			func() float64 { _, _, hot := stats(); return float64(hot) }),
+			func() float64 { return float64(stats().Hot) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_local_decisions_total", Help: "Requests decided in the process on hot keys."},
-			func() float64 { local, _, _ := stats(); return float64(local) }),
+			func() float64 { return float64(stats().Local) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_mixed_decisions_total", Help: "Requests whose limits on hot keys were decided in the process and the others by the store."},
+			func() float64 { return float64(stats().Mixed) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_syncs_total", Help: "Store calls made to write hot keys' hits back."},
-			func() float64 { _, syncs, _ := stats(); return float64(syncs) }),
+			func() float64 { return float64(stats().Syncs) }),
 	)
 }
 

@@ -238,7 +238,10 @@ func serve(ctx context.Context, c serveConfig) error {
 		}})
 		if c.hotKeys {
 			hk := hotkey.New(st, hotkey.Options{Threshold: c.hotKeyThreshold, Overage: c.hotKeyOverage, Nodes: c.fleetSize})
-			m.WatchHotKeys(hk.Stats)
+			m.WatchHotKeys(func() metrics.HotKeyStats {
+				st := hk.Stats()
+				return metrics.HotKeyStats{Hot: st.Hot, Local: st.Local, Mixed: st.Mixed, Syncs: st.Syncs}
+			})
 			st = hk
 		}
 	}

@@ -48,7 +48,7 @@ type Store struct {
 	mu  sync.RWMutex
 	hot map[string]*hotKey
 
-	local, synced atomic.Int64 // requests decided locally; sync calls made
+	local, mixed, synced atomic.Int64 // requests decided locally, and in part; sync calls made
 
 	stop chan struct{}
 	done sync.WaitGroup
@@ -105,10 +105,10 @@ const sampleEvery = 8
 const maxLocalOps = 8
 
 // Apply decides a batch whose every op is on a ready hot key locally, all or nothing as the
-// store would; anything else goes to the store, and what it answers about hot keys is learnt.
-// b.HotKey is set when the decision was local. A request under several limits (a user's, its
-// tenant's, a global one) is local only when all of them are hot: one of its keys in the store
-// means one round trip, which might as well decide all of them exactly.
+// store would; b.HotKey is set then. A batch with some ops on ready hot keys (a user's limit
+// beside a global or an endpoint's one) takes its hot ops locally and sends only the others
+// to the store (applyMixed). Anything else goes to the store whole, and what it answers about
+// a lone hot key is learnt.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
 	if len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
 		return s.inner.Apply(ctx, b, results)
@@ -131,12 +131,27 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		hot[i] = h
 		found, all = found || h != nil, all && h != nil
 	}
-	local := all && decideLocal(b, hot[:len(b.Ops)], results)
+	local, mixed, hotDenied := false, false, false
+	if found {
+		taken, denied := decideHot(b, hot[:len(b.Ops)], results)
+		switch {
+		case taken && all:
+			if denied {
+				giveBack(b, hot[:len(b.Ops)], results, false)
+			}
+			local = true
+		case taken:
+			mixed, hotDenied = true, denied
+		}
+	}
 	s.mu.RUnlock()
 	if local {
 		b.HotKey = true
 		s.local.Add(1)
 		return false, nil
+	}
+	if mixed {
+		return false, s.applyMixed(ctx, b, hot[:len(b.Ops)], results, hotDenied)
 	}
 	replayed, err := s.inner.Apply(ctx, b, results)
 	// Only a lone op's result is surely the store's word on its key: a request of several that
@@ -148,37 +163,37 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	return replayed, err
 }
 
-// decideLocal decides b, every op of which is on a hot key, as the store decides a batch: a
-// binding op's denial denies the batch and takes back what its siblings admitted, but for
-// counters, which keep what they counted. It reports false, having taken nothing, when a key
-// must ask the store (not synced yet, or with other parameters).
-func decideLocal(b *store.Batch, hot []*hotKey, results []algorithm.Result) bool {
-	denied := false
+// decideHot decides the ops of b on hot keys (hot[i] != nil) locally, taking what each
+// admits, and reports whether a binding one was denied: the caller then gives back as the
+// store would (giveBack). It reports taken false, having taken nothing, when a key must ask
+// the store (not synced yet, or with other parameters).
+func decideHot(b *store.Batch, hot []*hotKey, results []algorithm.Result) (taken, denied bool) {
 	for i := range b.Ops {
+		if hot[i] == nil {
+			continue
+		}
 		op := &b.Ops[i]
 		r, ok := hot[i].decide(op.Params, op.Cost)
 		if !ok {
 			giveBack(b, hot[:i], results, true)
-			return false
+			return false, false
 		}
 		results[i] = r
 		if !r.Allowed && op.Binding() {
 			denied = true
 		}
 	}
-	if denied {
-		giveBack(b, hot, results, false)
-	}
-	return true
+	return true, denied
 }
 
-// giveBack returns what the first len(hot) ops of b admitted, the counters' too when counters
-// is set, and then reports what each of those ops has left: after every give-back, since two
-// ops of a batch may share a key.
+// giveBack returns what the ops of b on the first len(hot) keys admitted (hot[i] nil is an op
+// the store decides), the counters' too when counters is set, and then reports what each of
+// those ops has left: after every give-back, since two ops of a batch may share a key. A
+// denied batch takes nothing from its other limits, but its counters keep what they counted.
 func giveBack(b *store.Batch, hot []*hotKey, results []algorithm.Result, counters bool) {
 	back := func(i int) bool {
 		op := &b.Ops[i]
-		return results[i].Allowed && op.Cost > 0 && (counters || !op.Counter)
+		return hot[i] != nil && results[i].Allowed && op.Cost > 0 && (counters || !op.Counter)
 	}
 	for i, h := range hot {
 		if back(i) {
@@ -190,6 +205,66 @@ func giveBack(b *store.Batch, hot []*hotKey, results []algorithm.Result, counter
 			results[i].Remaining = h.left()
 		}
 	}
+}
+
+// coldPart is the store's part of a batch some of whose ops are on hot keys. It is pooled:
+// a store never touches a batch once its Apply returned.
+type coldPart struct {
+	batch store.Batch
+	ops   [maxLocalOps]store.Op
+	res   [maxLocalOps]algorithm.Result
+	at    [maxLocalOps]int // the index in the whole batch of each of ops
+}
+
+var coldParts = sync.Pool{New: func() any { return new(coldPart) }}
+
+// applyMixed sends the ops of b not on hot keys to the store, the hot ones having been decided
+// locally (decideHot), and makes the batch all or nothing as the store would: when the store
+// denies its part, or a hot op was denied (hotDenied), the hot ops give back what they took
+// but for counters; when the store fails, they give back everything (the request was not
+// decided). When a hot op was denied the other ops only look (cost 0), counters but for: the
+// store is asked what they have left, and a hot limit that is spent, the one a flood of
+// requests hits, keeps the store spared.
+//
+// The hot takes are pending during the round trip (no lock is held across it), so a sync may
+// write one back before a denial gives it back: the store then counts a hit no request made.
+// The key's pending count, below zero after the give-back, stays so through syncs until
+// hits admitted here offset it (so the store's count comes out exact), and lets this node
+// admit that much more meanwhile, since the store reports that much less. A key that goes
+// cold first leaves the extra hit in the store: the fleet errs toward fewer admissions.
+func (s *Store) applyMixed(ctx context.Context, b *store.Batch, hot []*hotKey, results []algorithm.Result, hotDenied bool) error {
+	cp := coldParts.Get().(*coldPart)
+	n := 0
+	for i := range b.Ops {
+		if hot[i] == nil {
+			cp.ops[n], cp.at[n] = b.Ops[i], i
+			if hotDenied && !cp.ops[n].Counter {
+				cp.ops[n].Cost = 0
+			}
+			n++
+		}
+	}
+	cp.batch.Ops = cp.ops[:n]
+	_, err := s.inner.Apply(ctx, &cp.batch, cp.res[:n])
+	denied := hotDenied
+	if err == nil {
+		for j := range n {
+			results[cp.at[j]] = cp.res[j]
+			denied = denied || !cp.res[j].Allowed && cp.ops[j].Binding()
+		}
+	}
+	clear(cp.ops[:n]) // the pool holds no request's keys
+	cp.batch = store.Batch{}
+	coldParts.Put(cp)
+	switch {
+	case err != nil:
+		giveBack(b, hot, results, true)
+		return err
+	case denied:
+		giveBack(b, hot, results, false)
+	}
+	s.mixed.Add(1)
+	return nil
 }
 
 // learn takes in what the store answered a request this node sent it for a hot key: what is
@@ -276,11 +351,19 @@ func (s *Store) Close() error {
 	return s.inner.Close()
 }
 
-// Stats reports the requests decided locally and the sync calls made, for metrics and tests.
-func (s *Store) Stats() (local, syncs int64, hot int) {
+// Stats are hot-key mode's figures.
+type Stats struct {
+	Hot   int   // keys now hot
+	Local int64 // requests decided in the process
+	Mixed int64 // requests whose hot limits were decided in the process, the others by the store
+	Syncs int64 // store calls made to write hot keys' hits back
+}
+
+// Stats reports hot-key mode's figures, for metrics and tests.
+func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.local.Load(), s.synced.Load(), len(s.hot)
+	return Stats{Hot: len(s.hot), Local: s.local.Load(), Mixed: s.mixed.Load(), Syncs: s.synced.Load()}
 }
 
 func (s *Store) loop() {
@@ -310,7 +393,7 @@ func (s *Store) detect() {
 	defer s.mu.Unlock()
 	for k, h := range s.hot {
 		h.mu.Lock()
-		idle := !h.seen.Load() && h.pending == 0
+		idle := !h.seen.Load() && h.pending <= 0 // below zero: see applyMixed
 		h.seen.Store(false)
 		h.detached = idle // a request that found it just before sends its hits to the store
 		h.mu.Unlock()
@@ -366,7 +449,9 @@ func (s *Store) sync(ctx context.Context) {
 		}
 		h.mu.Lock()
 		if h.params == params[i] {
-			h.pending -= pendings[i]
+			// A count below zero is a give-back of hits an earlier sync wrote (applyMixed):
+			// it stays until later hits offset it, rather than being dropped here.
+			h.pending -= max(pendings[i], 0)
 			h.ready = true
 			h.remaining = res[0].Remaining
 			h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter

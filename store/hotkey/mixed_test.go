@@ -1,0 +1,360 @@
+package hotkey
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// keyedStore passes batches to a store and records the keys of each. A batch holding the key
+// hook runs before first when it is set, and fails instead of reaching the store when fail is.
+type keyedStore struct {
+	store.Store
+	hook string
+
+	mu      sync.Mutex
+	batches [][]string
+	before  func()
+	fail    bool
+	ops     map[string]int64 // ops per key
+}
+
+func (k *keyedStore) Apply(ctx context.Context, b *store.Batch, res []algorithm.Result) (bool, error) {
+	keys := make([]string, len(b.Ops))
+	hooked := false
+	for i := range b.Ops {
+		keys[i] = string(b.Ops[i].Key)
+		hooked = hooked || keys[i] == k.hook
+	}
+	k.mu.Lock()
+	k.batches = append(k.batches, keys)
+	if k.ops == nil {
+		k.ops = map[string]int64{}
+	}
+	for _, key := range keys {
+		k.ops[key]++
+	}
+	before, fail := k.before, k.fail
+	k.mu.Unlock()
+	if hooked && before != nil {
+		before()
+	}
+	if hooked && fail {
+		return false, errors.New("store down")
+	}
+	return k.Store.Apply(ctx, b, res)
+}
+
+func (k *keyedStore) last() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.batches[len(k.batches)-1]
+}
+
+func (k *keyedStore) set(before func(), fail bool) {
+	k.mu.Lock()
+	k.before, k.fail = before, fail
+	k.mu.Unlock()
+}
+
+func (k *keyedStore) opsOn(key string) int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ops[key]
+}
+
+// mixedFixture is a hot-key store over a memory store at a fixed instant, with the keys hot
+// promoted (SyncEvery and Detect an hour: syncs happen when the test says).
+func mixedFixture(t *testing.T, hook string, hot map[string]algorithm.Params) (*Store, *keyedStore, *memory.Store) {
+	t.Helper()
+	now := int64(1_700_000_000_000_000)
+	shared := memory.New(memory.WithClock(func() int64 { return now }), memory.WithSweepInterval(0))
+	ks := &keyedStore{Store: shared, hook: hook}
+	h := New(ks, Options{SyncEvery: time.Hour, Detect: time.Hour})
+	t.Cleanup(func() { h.Close() })
+	for k, p := range hot {
+		h.Promote([]byte(k), p)
+	}
+	return h, ks, shared
+}
+
+// counted returns what the store counted on key under params.
+func counted(t *testing.T, st store.Store, key string, p *algorithm.Params) int64 {
+	t.Helper()
+	res := make([]algorithm.Result, 1)
+	if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: []byte(key), Params: p}}}, res); err != nil {
+		t.Fatal(err)
+	}
+	return p.Limit - res[0].Remaining
+}
+
+// allowedAll reports whether every binding op of ops was allowed.
+func allowedAll(ops []store.Op, res []algorithm.Result) bool {
+	for i := range res {
+		if !res[i].Allowed && ops[i].Binding() {
+			return false
+		}
+	}
+	return true
+}
+
+// TestMixedBatch: a user's limit (not hot) beside a global limit and a counter (hot). Only the
+// user's op reaches the store; when the store denies it, the global limit takes nothing and the
+// counter keeps its count, as the store would have decided the whole batch; the syncs write
+// exactly what was admitted.
+func TestMixedBatch(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	user, _ := algorithm.NewParams(algorithm.FixedWindow, 2, 0, time.Hour)
+	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide, "count": wide})
+	ops := []store.Op{
+		{Key: []byte("user"), Params: &user, Cost: 1},
+		{Key: []byte("global"), Params: &wide, Cost: 1},
+		{Key: []byte("count"), Params: &wide, Cost: 1, Counter: true},
+	}
+	for i, want := range []bool{true, true, false} {
+		b := &store.Batch{Ops: ops}
+		res := make([]algorithm.Result, len(ops))
+		if _, err := h.Apply(ctx, b, res); err != nil {
+			t.Fatal(err)
+		}
+		if got := allowedAll(ops, res); got != want {
+			t.Fatalf("request %d: allowed %v, want %v (%+v)", i, got, want, res)
+		}
+		if b.HotKey {
+			t.Errorf("request %d: marked local, but the store decided the user's limit", i)
+		}
+		if keys := ks.last(); !slices.Equal(keys, []string{"user"}) {
+			t.Errorf("request %d: the store saw %v, want only the user's key", i, keys)
+		}
+		if !want && (res[1].Remaining != 998 || !res[2].Allowed || res[0].Allowed) {
+			t.Errorf("denied request: global has %d left (want 998: nothing taken), counter allowed %v, user allowed %v", res[1].Remaining, res[2].Allowed, res[0].Allowed)
+		}
+	}
+	if st := h.Stats(); st.Mixed != 3 || st.Local != 0 {
+		t.Errorf("stats %+v, want 3 mixed and 0 local decisions", st)
+	}
+	h.sync(ctx)
+	for _, c := range []struct {
+		key    string
+		params *algorithm.Params
+		want   int64
+	}{{"user", &user, 2}, {"global", &wide, 2}, {"count", &wide, 3}} {
+		if got := counted(t, shared, c.key, c.params); got != c.want {
+			t.Errorf("%s: the store counted %d, want %d", c.key, got, c.want)
+		}
+	}
+}
+
+// TestMixedHotDenialOnlyLooks: when a hot limit is out of this node's share, the request is
+// denied here, and the store is only asked what its other limits have left: they take
+// nothing, but a counter counts the denied request as the store would.
+func TestMixedHotDenialOnlyLooks(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	tight, _ := algorithm.NewParams(algorithm.FixedWindow, 40, 0, time.Hour) // a share of 2 (5%)
+	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"tight": tight})
+	ops := []store.Op{
+		{Key: []byte("user"), Params: &wide, Cost: 1},
+		{Key: []byte("ucount"), Params: &wide, Cost: 1, Counter: true},
+		{Key: []byte("tight"), Params: &tight, Cost: 1},
+	}
+	for i, want := range []bool{true, true, false} {
+		res := make([]algorithm.Result, len(ops))
+		if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+			t.Fatal(err)
+		}
+		if got := allowedAll(ops, res); got != want {
+			t.Fatalf("request %d: allowed %v, want %v (%+v)", i, got, want, res)
+		}
+		if keys := ks.last(); !slices.Equal(keys, []string{"user", "ucount"}) {
+			t.Errorf("request %d: the store saw %v, want the user's key and its counter", i, keys)
+		}
+		if !want && res[0].Remaining != 998 {
+			t.Errorf("denied request: the user's limit reports %d left, want 998 (nothing taken)", res[0].Remaining)
+		}
+	}
+	h.sync(ctx)
+	for _, c := range []struct {
+		key    string
+		params *algorithm.Params
+		want   int64
+	}{{"user", &wide, 2}, {"ucount", &wide, 3}, {"tight", &tight, 2}} {
+		if got := counted(t, shared, c.key, c.params); got != c.want {
+			t.Errorf("%s: the store counted %d, want %d", c.key, got, c.want)
+		}
+	}
+}
+
+// TestMixedStoreFailureTakesNothing: when the store fails the cold part, the request was not
+// decided, so the hot ops give back everything, counters too.
+func TestMixedStoreFailureTakesNothing(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide, "count": wide})
+	ks.set(nil, true)
+	ops := []store.Op{
+		{Key: []byte("user"), Params: &wide, Cost: 1},
+		{Key: []byte("global"), Params: &wide, Cost: 1},
+		{Key: []byte("count"), Params: &wide, Cost: 1, Counter: true},
+	}
+	if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, make([]algorithm.Result, len(ops))); err == nil {
+		t.Fatal("the store failed, Apply did not")
+	}
+	ks.set(nil, false)
+	h.sync(ctx)
+	for _, key := range []string{"global", "count"} {
+		if got := counted(t, shared, key, &wide); got != 0 {
+			t.Errorf("%s: the store counted %d after a failed request, want 0", key, got)
+		}
+	}
+}
+
+// TestMixedGiveBackAfterSync: a sync writes a hot take back while the request's other limit is
+// still in the store, which then denies it. The store has counted a hit no request made; the
+// key's pending count below zero carries it until the next admitted hit offsets it, so the
+// store's count comes out exact.
+func TestMixedGiveBackAfterSync(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Hour)
+	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide})
+	apply := func(user string) bool {
+		t.Helper()
+		ops := []store.Op{{Key: []byte(user), Params: &one, Cost: 1}, {Key: []byte("global"), Params: &wide, Cost: 1}}
+		res := make([]algorithm.Result, len(ops))
+		if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+			t.Fatal(err)
+		}
+		return allowedAll(ops, res)
+	}
+	ks.set(func() { h.sync(ctx) }, false) // the sync runs while the user's limit is in the store
+	if !apply("user") || apply("user") {
+		t.Fatal("want the first request allowed and the second denied (the user's limit is 1)")
+	}
+	ks.set(nil, false)
+	if got := counted(t, shared, "global", &wide); got != 2 {
+		t.Fatalf("global: the store counted %d, want 2 (the denied request's take written before its give-back)", got)
+	}
+	h.sync(ctx)
+	if !apply("user2") {
+		t.Fatal("a fresh user's request was denied")
+	}
+	h.sync(ctx)
+	if got := counted(t, shared, "global", &wide); got != 2 {
+		t.Errorf("global: the store counted %d, want the 2 admitted requests", got)
+	}
+}
+
+// TestMixedBatchSparesTheStore: requests of 2 nodes under a user's limit (20,000 users, none
+// near the threshold of a hot key) and a global one, on Redis. With hot-key mode the global key reaches the store
+// in at most a tenth of the requests (its syncs, and the requests decided whole); the admitted
+// requests stay within 5% of the global bound; and the users' limits counted exactly the
+// admitted requests: a request the global limit denied took nothing from its user.
+func TestMixedBatchSparesTheStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	global, _ := algorithm.NewParams(algorithm.FixedWindow, 20_000, 0, time.Hour)
+	perUser, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	const users = 20_000
+	inners := make([]*keyedStore, 2)
+	nodes := make([]*Store, 2)
+	for i := range nodes {
+		r, err := redis.New(ctx, "redis://"+srv.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inners[i] = &keyedStore{Store: r}
+		nodes[i] = New(inners[i], Options{Threshold: 200, Nodes: 2, Detect: 100 * time.Millisecond})
+	}
+	var admitted, requests atomic.Int64
+	// A second at least, and until the bound is reached and half a second more (to catch any
+	// overage): a starved machine writes back fewer hits per second.
+	start := time.Now()
+	var reachedAt atomic.Int64
+	running := func() bool {
+		if time.Since(start) < time.Second {
+			return true
+		}
+		if r := reachedAt.Load(); r != 0 {
+			return time.Since(time.Unix(0, r)) < 500*time.Millisecond
+		}
+		return time.Since(start) < 15*time.Second
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			node := nodes[g%2]
+			res := make([]algorithm.Result, 2)
+			for n := g; running(); n += 16 {
+				ops := []store.Op{
+					{Key: []byte("user-" + strconv.Itoa(n%users)), Params: &perUser, Cost: 1},
+					{Key: []byte("global"), Params: &global, Cost: 1},
+				}
+				if _, err := node.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+					t.Error(err)
+					return
+				}
+				requests.Add(1)
+				if allowedAll(ops, res) && admitted.Add(1) == global.Limit {
+					reachedAt.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var globalOps, mixed, local int64
+	for i, n := range nodes {
+		st := n.Stats()
+		mixed, local = mixed+st.Mixed, local+st.Local
+		n.Close()
+		globalOps += inners[i].opsOn("global")
+	}
+	t.Logf("%d requests, %d mixed, %d local, %d admitted of bound %d; the global key reached the store in %d ops", requests.Load(), mixed, local, admitted.Load(), global.Limit, globalOps)
+	if local != 0 {
+		t.Errorf("%d requests decided locally: a user's key became hot", local)
+	}
+	if denied := requests.Load() - admitted.Load(); denied < 1000 {
+		t.Fatalf("only %d requests denied: too few past the bound of %d to test it", denied, global.Limit)
+	}
+	if globalOps > requests.Load()/10 {
+		t.Errorf("the global key reached the store in %d ops for %d requests: want at most a tenth", globalOps, requests.Load())
+	}
+	if a, bound := admitted.Load(), global.Limit+global.Limit/20; a > bound || a < global.Limit*95/100 {
+		t.Errorf("admitted %d, want within 5%% of the bound %d (at most %d)", a, global.Limit, bound)
+	}
+	look, err := redis.New(ctx, "redis://"+srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer look.Close()
+	var usersCounted int64
+	looks := make([]store.Op, 0, 500)
+	res := make([]algorithm.Result, cap(looks))
+	for u := 0; u < users; u += cap(looks) {
+		looks = looks[:0]
+		for v := u; v < u+cap(looks); v++ {
+			looks = append(looks, store.Op{Key: []byte("user-" + strconv.Itoa(v)), Params: &perUser})
+		}
+		if _, err := look.Apply(ctx, &store.Batch{Ops: looks}, res); err != nil {
+			t.Fatal(err)
+		}
+		for i := range looks {
+			usersCounted += perUser.Limit - res[i].Remaining
+		}
+	}
+	if usersCounted != admitted.Load() {
+		t.Errorf("the users' limits counted %d, want the %d admitted requests", usersCounted, admitted.Load())
+	}
+}

@@ -358,3 +358,30 @@ func TestMixedBatchSparesTheStore(t *testing.T) {
 		t.Errorf("the users' limits counted %d, want the %d admitted requests", usersCounted, admitted.Load())
 	}
 }
+
+// BenchmarkMixedBatch: a user's limit (on the store, here the memory store) beside a hot
+// global limit, against the same batch with nothing hot (the store decides both).
+func BenchmarkMixedBatch(b *testing.B) {
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1<<40, 0, time.Hour)
+	for _, hot := range []bool{false, true} {
+		b.Run("hot="+strconv.FormatBool(hot), func(b *testing.B) {
+			h := New(memory.New(), Options{SyncEvery: time.Hour, Detect: time.Hour})
+			defer h.Close()
+			if hot {
+				h.Promote([]byte("global"), wide)
+			}
+			ops := []store.Op{{Key: []byte("user"), Params: &wide, Cost: 1}, {Key: []byte("global"), Params: &wide, Cost: 1}}
+			bt := &store.Batch{Ops: ops}
+			res := make([]algorithm.Result, len(ops))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := h.Apply(ctx, bt, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if st := h.Stats(); hot && st.Mixed == 0 {
+				b.Fatal("no mixed decision")
+			}
+		})
+	}
+}

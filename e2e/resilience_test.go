@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,20 +257,23 @@ func TestOverloadIsRefusedFast(t *testing.T) {
 	}
 }
 
-// TestHotKeyModeIsVisible runs a node with --hot-keys on Redis and drives one key hot: its
-// answers and /v1/quota say hot_key, and the metrics count the local decisions.
+// TestHotKeyModeIsVisible runs a node with --hot-keys on Redis and drives a user and an
+// endpoint hot: /v1/quota says hot_key, and the metrics count the local decisions. Other
+// users on the hot endpoint are then decided in part locally (the endpoint's limit) and in
+// part by the store (their own), which the metrics count as mixed decisions.
 func TestHotKeyModeIsVisible(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.yaml")
-	writeFile(t, path, "rules:\n  - {name: hot, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h}\n")
+	writeFile(t, path, "rules:\n  - {name: hot, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h}\n"+
+		"  - {name: per-endpoint, key: [endpoint], algorithm: fixed_window, limit: 1000000, period: 1h}\n")
 	s := start(t, path, filepath.Join(dir, "data"), "SLUICE_STORE=redis://"+redis.Addr, "SLUICE_STORE_TIMEOUT=2s",
 		"SLUICE_HOT_KEYS=true", "SLUICE_HOT_KEY_THRESHOLD=50")
 	client := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		resp, err := client.Post("http://"+s.http+"/v1/quota", "application/json", strings.NewReader(`{"user":"celebrity"}`))
+		resp, err := client.Post("http://"+s.http+"/v1/quota", "application/json", strings.NewReader(`{"user":"celebrity","endpoint":"/"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,8 +292,24 @@ func TestHotKeyModeIsVisible(t *testing.T) {
 			call(client, s, "/", "celebrity")
 		}
 	}
-	if m := s.get("/metrics"); !strings.Contains(m, "sluice_hot_keys 1") || !strings.Contains(m, `mode="hot_key"`) {
+	if m := s.get("/metrics"); !strings.Contains(m, "sluice_hot_keys 2") || !strings.Contains(m, `mode="hot_key"`) {
 		t.Errorf("metrics do not show hot-key mode:\n%s", grepLines(m, "hot"))
+	}
+	for i := range 20 {
+		o, err := call(client, s, "/", "fan-"+strconv.Itoa(i))
+		if err != nil || !o.allowed {
+			t.Fatalf("fan %d: %+v, %v", i, o, err)
+		}
+	}
+	m := s.get("/metrics")
+	var mixed float64
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, "sluice_hot_key_mixed_decisions_total "); ok {
+			fmt.Sscan(v, &mixed)
+		}
+	}
+	if mixed < 20 {
+		t.Errorf("%v mixed decisions, want the 20 fans' requests:\n%s", mixed, grepLines(m, "hot"))
 	}
 }
 

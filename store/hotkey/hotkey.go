@@ -63,6 +63,7 @@ type hotKey struct {
 	cap       int64       // the most this node may hold admitted but not yet in the store
 	budget    int64       // what this node may admit until the next sync: min(cap, remaining/nodes)
 	pending   int64       // admitted here since the last sync, not yet in the store
+	inflight  int64       // of pending, what mixed batches took and have not settled: not written yet
 	reset     int64       // reset_after at the last sync, µs
 	retry     int64       // retry_after when the store was spent at the last sync, µs
 	seen      atomic.Bool // requested during the last detection interval
@@ -107,8 +108,8 @@ const maxLocalOps = 8
 // Apply decides a batch whose every op is on a ready hot key locally, all or nothing as the
 // store would; b.HotKey is set then. A batch with some ops on ready hot keys (a user's limit
 // beside a global or an endpoint's one) takes its hot ops locally and sends only the others
-// to the store (applyMixed). Anything else goes to the store whole, and what it answers about
-// a lone hot key is learnt.
+// to the store (applyMixed), unless a hot op is denied. Anything else goes to the store whole,
+// and what it answers about a lone hot key is learnt.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
 	if len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
 		return s.inner.Apply(ctx, b, results)
@@ -121,7 +122,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	var hot [maxLocalOps]*hotKey
 	found, all := false, true
 	// The read lock is held through the decision: a sync counts the hits (under the write
-	// lock) before or after a local batch, never between one op's take and its give-back.
+	// lock) before or after a local decision, never between one op's take and its give-back.
+	// A mixed batch's takes outlive the lock, as in flight, until the store has answered.
 	s.mu.RLock()
 	for i := range b.Ops {
 		h := s.hot[string(b.Ops[i].Key)]
@@ -131,7 +133,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		hot[i] = h
 		found, all = found || h != nil, all && h != nil
 	}
-	local, mixed, hotDenied := false, false, false
+	local, mixed := false, false
 	if found {
 		taken, denied := decideHot(b, hot[:len(b.Ops)], results)
 		switch {
@@ -140,8 +142,14 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 				giveBack(b, hot[:len(b.Ops)], results, false)
 			}
 			local = true
+		case taken && denied:
+			// The store decides the whole batch: it must be asked about the other ops anyway,
+			// in the same round trip, and only it can tell each of their verdicts (a shadow
+			// limit's, a retry) without consuming them. Counters too: it counts them.
+			giveBack(b, hot[:len(b.Ops)], results, true)
 		case taken:
-			mixed, hotDenied = true, denied
+			markInflight(b, hot[:len(b.Ops)], results)
+			mixed = true
 		}
 	}
 	s.mu.RUnlock()
@@ -151,7 +159,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		return false, nil
 	}
 	if mixed {
-		return false, s.applyMixed(ctx, b, hot[:len(b.Ops)], results, hotDenied)
+		return false, s.applyMixed(ctx, b, hot[:len(b.Ops)], results)
 	}
 	replayed, err := s.inner.Apply(ctx, b, results)
 	// Only a lone op's result is surely the store's word on its key: a request of several that
@@ -207,6 +215,45 @@ func giveBack(b *store.Batch, hot []*hotKey, results []algorithm.Result, counter
 	}
 }
 
+// markInflight counts the takes of a mixed batch's hot ops as in flight: no sync writes them
+// until the store's answer settles them (settle).
+func markInflight(b *store.Batch, hot []*hotKey, results []algorithm.Result) {
+	for i, h := range hot {
+		if h != nil && results[i].Allowed && b.Ops[i].Cost > 0 {
+			h.mu.Lock()
+			h.inflight += b.Ops[i].Cost
+			h.mu.Unlock()
+		}
+	}
+}
+
+// settle ends the in-flight takes of a mixed batch's hot ops: every take leaves inflight, and
+// the counters' (when counters is set) and the others' (when others is) are given back; each
+// given back then reports what its key has left.
+func settle(b *store.Batch, hot []*hotKey, results []algorithm.Result, counters, others bool) {
+	back := func(i int) bool {
+		if b.Ops[i].Counter {
+			return counters
+		}
+		return others
+	}
+	for i, h := range hot {
+		if h != nil && results[i].Allowed && b.Ops[i].Cost > 0 {
+			h.mu.Lock()
+			h.inflight -= b.Ops[i].Cost
+			if back(i) {
+				h.pending -= b.Ops[i].Cost
+			}
+			h.mu.Unlock()
+		}
+	}
+	for i, h := range hot {
+		if h != nil && results[i].Allowed && b.Ops[i].Cost > 0 && back(i) {
+			results[i].Remaining = h.left()
+		}
+	}
+}
+
 // coldPart is the store's part of a batch some of whose ops are on hot keys. It is pooled:
 // a store never touches a batch once its Apply returned.
 type coldPart struct {
@@ -218,35 +265,24 @@ type coldPart struct {
 
 var coldParts = sync.Pool{New: func() any { return new(coldPart) }}
 
-// applyMixed sends the ops of b not on hot keys to the store, the hot ones having been decided
-// locally (decideHot), and makes the batch all or nothing as the store would: when the store
-// denies its part, or a hot op was denied (hotDenied), the hot ops give back what they took
-// but for counters; when the store fails, they give back everything (the request was not
-// decided). When a hot op was denied the other ops only look (cost 0), counters but for: the
-// store is asked what they have left, and a hot limit that is spent, the one a flood of
-// requests hits, keeps the store spared.
-//
-// The hot takes are pending during the round trip (no lock is held across it), so a sync may
-// write one back before a denial gives it back: the store then counts a hit no request made.
-// The key's pending count, below zero after the give-back, stays so through syncs until
-// hits admitted here offset it (so the store's count comes out exact), and lets this node
-// admit that much more meanwhile, since the store reports that much less. A key that goes
-// cold first leaves the extra hit in the store: the fleet errs toward fewer admissions.
-func (s *Store) applyMixed(ctx context.Context, b *store.Batch, hot []*hotKey, results []algorithm.Result, hotDenied bool) error {
+// applyMixed sends the ops of b not on hot keys to the store, the hot ones having been taken
+// locally (decideHot, allowed; markInflight), and makes the batch all or nothing as the store
+// would: when the store denies its part, the hot ops give back what they took but for
+// counters; when it fails, they give back everything (the request was not decided). No lock
+// is held across the round trip; the takes are in flight meanwhile, so a sync writes none
+// of them before it is known whether it stands.
+func (s *Store) applyMixed(ctx context.Context, b *store.Batch, hot []*hotKey, results []algorithm.Result) error {
 	cp := coldParts.Get().(*coldPart)
 	n := 0
 	for i := range b.Ops {
 		if hot[i] == nil {
 			cp.ops[n], cp.at[n] = b.Ops[i], i
-			if hotDenied && !cp.ops[n].Counter {
-				cp.ops[n].Cost = 0
-			}
 			n++
 		}
 	}
 	cp.batch.Ops = cp.ops[:n]
 	_, err := s.inner.Apply(ctx, &cp.batch, cp.res[:n])
-	denied := hotDenied
+	denied := false
 	if err == nil {
 		for j := range n {
 			results[cp.at[j]] = cp.res[j]
@@ -256,12 +292,9 @@ func (s *Store) applyMixed(ctx context.Context, b *store.Batch, hot []*hotKey, r
 	clear(cp.ops[:n]) // the pool holds no request's keys
 	cp.batch = store.Batch{}
 	coldParts.Put(cp)
-	switch {
-	case err != nil:
-		giveBack(b, hot, results, true)
+	settle(b, hot, results, err != nil, err != nil || denied)
+	if err != nil {
 		return err
-	case denied:
-		giveBack(b, hot, results, false)
 	}
 	s.mixed.Add(1)
 	return nil
@@ -393,7 +426,7 @@ func (s *Store) detect() {
 	defer s.mu.Unlock()
 	for k, h := range s.hot {
 		h.mu.Lock()
-		idle := !h.seen.Load() && h.pending <= 0 // below zero: see applyMixed
+		idle := !h.seen.Load() && h.pending == 0
 		h.seen.Store(false)
 		h.detached = idle // a request that found it just before sends its hits to the store
 		h.mu.Unlock()
@@ -419,13 +452,15 @@ func (s *Store) sync(ctx context.Context) {
 	var ready []*hotKey
 	var params []algorithm.Params
 	var pendings []int64
-	// The write lock: no local batch is halfway (see Apply), so the hits counted here are
-	// whole requests', none of which will be given back.
+	// The write lock: no local decision is halfway (see Apply), and a mixed batch's takes are
+	// in flight until the store answers it, so the hits counted here are whole requests',
+	// none of which will be given back.
 	s.mu.Lock()
 	for _, h := range s.hot {
 		h.mu.Lock()
 		if h.params.Kind != 0 { // no request has told the parameters of a new key yet
-			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, h.pending)
+			// In-flight takes wait for their batch's answer: one given back was never a hit.
+			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, h.pending-h.inflight)
 		}
 		h.mu.Unlock()
 	}
@@ -449,9 +484,7 @@ func (s *Store) sync(ctx context.Context) {
 		}
 		h.mu.Lock()
 		if h.params == params[i] {
-			// A count below zero is a give-back of hits an earlier sync wrote (applyMixed):
-			// it stays until later hits offset it, rather than being dropped here.
-			h.pending -= max(pendings[i], 0)
+			h.pending -= pendings[i]
 			h.ready = true
 			h.remaining = res[0].Remaining
 			h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter

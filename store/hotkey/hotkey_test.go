@@ -290,20 +290,7 @@ func TestLocalBatchAllOrNothing(t *testing.T) {
 			t.Errorf("request %d, denied: wide has %d left (want 998: nothing taken), the counter allowed %v", i, res[0].Remaining, res[2].Allowed)
 		}
 	}
-	h.sync(ctx)
-	for _, c := range []struct {
-		key     string
-		params  *algorithm.Params
-		counted int64
-	}{{"wide", &wide, 2}, {"tight", &tight, 2}, {"count", &wide, 4}} {
-		res := make([]algorithm.Result, 1)
-		if _, err := shared.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: []byte(c.key), Params: c.params}}}, res); err != nil {
-			t.Fatal(err)
-		}
-		if got := c.params.Limit - res[0].Remaining; got != c.counted {
-			t.Errorf("%s: the store counted %d, want %d", c.key, got, c.counted)
-		}
-	}
+	syncCounts(t, h, shared, wantCount{"wide", &wide, 2}, wantCount{"tight", &tight, 2}, wantCount{"count", &wide, 4})
 }
 
 // TestGiveBackSameKeyTwice: a denied batch that took twice from one key gives both back before

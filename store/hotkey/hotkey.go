@@ -45,8 +45,9 @@ type Store struct {
 	sketch  *sketch.SpaceSaving
 	sampled atomic.Uint32
 
-	mu  sync.RWMutex
-	hot map[string]*hotKey
+	mu     sync.RWMutex
+	hot    map[string]*hotKey
+	syncMu sync.Mutex // held through a sync
 
 	local, mixed, synced atomic.Int64 // requests decided locally, and in part; sync calls made
 
@@ -174,14 +175,14 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 // decideHot decides the ops of b on hot keys (hot[i] != nil) locally, taking what each
 // admits, and reports whether a binding one was denied: the caller then gives back as the
 // store would (giveBack). It reports taken false, having taken nothing, when a key must ask
-// the store (not synced yet, or with other parameters).
+// the store (see hotKey.decide).
 func decideHot(b *store.Batch, hot []*hotKey, results []algorithm.Result) (taken, denied bool) {
 	for i := range b.Ops {
 		if hot[i] == nil {
 			continue
 		}
 		op := &b.Ops[i]
-		r, ok := hot[i].decide(op.Params, op.Cost)
+		r, ok := hot[i].decide(op.Params, op.Cost, op.Binding())
 		if !ok {
 			giveBack(b, hot[:i], results, true)
 			return false, false
@@ -315,8 +316,11 @@ func (h *hotKey) learn(p *algorithm.Params, r *algorithm.Result) {
 }
 
 // decide admits cost locally. It reports false, to send the request to the store, until a
-// sync has read the store with these parameters (a new hot key, or a changed limit).
-func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool) {
+// sync has read the store with these parameters (a new hot key, or a changed limit), and
+// when a shadow or counter op (binding false) is out of this node's share while the store has
+// room: the store would admit it, and a counter must count every request, a shadow limit
+// deny only what it would deny.
+func (h *hotKey) decide(p *algorithm.Params, cost int64, binding bool) (algorithm.Result, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen.Store(true)
@@ -342,6 +346,9 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64) (algorithm.Result, bool
 		r.Allowed = true
 		h.pending += cost
 	case h.pending+cost <= h.remaining:
+		if !binding {
+			return algorithm.Result{}, false
+		}
 		// This node's share is out until the next sync writes it back.
 		r.RetryAfter = max(1, h.syncEvery)
 	default:
@@ -449,6 +456,9 @@ func (s *Store) detect() {
 // every hot key (a look costs nothing, so one key cannot deny another), then a take per key
 // with hits pending, of what fits. Hits admitted beyond what was left are the bounded overage.
 func (s *Store) sync(ctx context.Context) {
+	// One at a time (the loop's, Promote's, Close's): two would write the same hits.
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	var ready []*hotKey
 	var params []algorithm.Params
 	var pendings []int64
@@ -479,12 +489,12 @@ func (s *Store) sync(ctx context.Context) {
 	s.synced.Add(1)
 	for i, h := range ready {
 		res := []algorithm.Result{seen[i]}
-		if !s.writeBack(ctx, h, &params[i], pendings[i], res) {
-			continue
-		}
+		done, ok := s.writeBack(ctx, h, &params[i], pendings[i], res)
 		h.mu.Lock()
-		if h.params == params[i] {
-			h.pending -= pendings[i]
+		// What was written is off pending even when the parameters changed meanwhile: left
+		// there, the next sync would write it again.
+		h.pending -= done
+		if ok && h.params == params[i] {
 			h.ready = true
 			h.remaining = res[0].Remaining
 			h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
@@ -504,31 +514,42 @@ func (s *Store) sync(ctx context.Context) {
 // writeBack consumes what fits of pending hits, res[0] holding the key's last look. Another
 // node may take from the key between the look and the take, and the store admits all of a take
 // or none of it: on a denial it takes what the store says is left, so that only hits beyond the
-// store's capacity stay unrecorded. It reports false when the store failed.
-func (s *Store) writeBack(ctx context.Context, h *hotKey, p *algorithm.Params, pending int64, res []algorithm.Result) bool {
+// store's capacity stay unrecorded. It returns how many of the hits are done with, written or
+// beyond what the store had (the bounded overage); the others stay pending for the next sync
+// (the store kept being taken from, or failed: ok false).
+func (s *Store) writeBack(ctx context.Context, h *hotKey, p *algorithm.Params, pending int64, res []algorithm.Result) (done int64, ok bool) {
 	for attempt := 0; attempt < 4; attempt++ {
-		take := min(pending, res[0].Remaining)
+		take := min(pending-done, res[0].Remaining)
 		if take <= 0 {
-			return true
+			return pending, true // written, or the store is spent: the rest is the overage
 		}
 		b := &store.Batch{Ops: []store.Op{{Key: h.key, Params: p, Cost: take}}}
 		if _, err := s.inner.Apply(ctx, b, res); err != nil {
-			return false
+			return done, false
 		}
 		s.synced.Add(1)
 		if res[0].Allowed {
-			return true
+			done += take
 		}
 	}
-	return true
+	return done, true
 }
 
 // Promote makes k hot with params at once, for tests and for keys an operator knows are hot.
+// A key already hot keeps its pending hits.
 func (s *Store) Promote(k []byte, params algorithm.Params) {
 	s.mu.Lock()
-	h := &hotKey{key: append([]byte(nil), k...), params: params}
+	h := s.hot[string(k)]
+	if h == nil {
+		h = &hotKey{key: append([]byte(nil), k...)}
+		s.hot[string(k)] = h
+	}
+	h.mu.Lock()
+	if h.params != params {
+		h.params, h.ready = params, false
+	}
+	h.mu.Unlock()
 	h.seen.Store(true)
-	s.hot[string(k)] = h
 	s.mu.Unlock()
 	s.sync(context.Background())
 }

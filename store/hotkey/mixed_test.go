@@ -5,12 +5,14 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
@@ -598,5 +600,77 @@ func TestNonBindingOutOfShareAsksTheStore(t *testing.T) {
 			}
 		}
 		syncCounts(t, h, shared, wantCount{string(op.Key), &forty, 4})
+	}
+}
+
+// TestMixedBatchOnACluster: on a Redis Cluster a request under a user's limit and a global one
+// spans two hash slots, so the store makes a script call per slot (and a refund when one slot
+// denies). With the global key hot, only the user's slot is asked: half the script calls.
+func TestMixedBatchOnACluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a 3-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	url := "redis-cluster://" + strings.Join(cl.Addrs, ",")
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	globalKey := key.AppendHead(nil, "global", "1")
+	const requests = 200
+	// run sends requests one at a time (no two coalesce) and returns the script calls they
+	// made on all nodes.
+	run := func(st store.Store, users string) int64 {
+		t.Helper()
+		for _, n := range cl.Nodes {
+			if _, err := n.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := make([]algorithm.Result, 2)
+		for i := range requests {
+			userKey := key.AppendTag(key.AppendHead(nil, "per-user", "1"), 'u', users+strconv.Itoa(i))
+			b := &store.Batch{Ops: []store.Op{{Key: userKey, Params: &wide, Cost: 1}, {Key: globalKey, Params: &wide, Cost: 1}}}
+			if _, err := st.Apply(ctx, b, res); err != nil {
+				t.Fatal(err)
+			}
+			if !res[0].Allowed || !res[1].Allowed {
+				t.Fatalf("request %d denied: %+v", i, res)
+			}
+		}
+		var calls int64
+		for _, n := range cl.Nodes {
+			stats, err := n.Do("INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls += scriptCalls(stats)
+		}
+		return calls
+	}
+	plain, err := redis.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	offCalls := run(plain, "off-")
+	inner, err := redis.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(inner, Options{SyncEvery: time.Hour, Detect: time.Hour})
+	h.Promote(globalKey, wide)
+	onCalls := run(h, "on-")
+	mixed := h.Stats().Mixed
+	if err := h.Close(); err != nil { // writes the global key's hits back
+		t.Fatal(err)
+	}
+	t.Logf("%d requests: %d script calls without hot-key mode, %d with the global key hot (%d mixed)", requests, offCalls, onCalls, mixed)
+	if offCalls < requests*3/2 {
+		t.Fatalf("%d script calls for %d requests without hot-key mode: the users' and the global key's slots should differ", offCalls, requests)
+	}
+	if onCalls > requests+requests/10 || mixed != requests {
+		t.Errorf("%d script calls and %d mixed decisions for %d requests with the global key hot: want one call each", onCalls, mixed, requests)
+	}
+	if got := counted(t, plain, string(globalKey), &wide); got != 2*requests {
+		t.Errorf("the global key counted %d, want the %d requests", got, 2*requests)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 	"github.com/sluicehq/sluice/server/events"
 )
 
@@ -99,5 +100,43 @@ func BenchmarkAddCounts(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// BenchmarkRecordDescriptors is BenchmarkRecord's serial case for an Envoy request of four
+// descriptors under four limits (the shared bench's shape).
+func BenchmarkRecordDescriptors(b *testing.B) {
+	st, _ := backends[0].open(b, control.Options{})
+	l := testutil.Limiter(b, `
+domain: bench
+descriptors:
+  - {key: user, rate_limit: {unit: second, requests_per_unit: 1000}}
+  - {key: tenant, rate_limit: {unit: second, requests_per_unit: 100000}}
+  - {key: endpoint, rate_limit: {unit: second, requests_per_unit: 1000000}}
+  - {key: global, rate_limit: {unit: second, requests_per_unit: 100000000}}
+`, testutil.NewClock())
+	desc := func(k, v string) sluice.Descriptor {
+		return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}
+	}
+	req := sluice.DescriptorRequest{Domain: "bench", Descriptors: []sluice.Descriptor{
+		desc("user", "u1"), desc("tenant", "t1"), desc("endpoint", "/e1"), desc("global", "all")}}
+	var d sluice.DescriptorDecision
+	if err := l.CheckDescriptors(b.Context(), &req, &d); err != nil {
+		b.Fatal(err)
+	}
+	const queue = 1 << 16
+	rec := newRecorder(b, events.Options{Store: st, Queue: queue, Poll: time.Hour})
+	b.ReportAllocs()
+	for i := range b.N {
+		if i%(queue/4) == queue/4-1 {
+			b.StopTimer()
+			flush(b, rec)
+			b.StartTimer()
+		}
+		rec.Descriptors(&req, &d)
+	}
+	b.StopTimer()
+	if s := rec.Stats(); s.Dropped > 0 {
+		b.Fatalf("%d events dropped", s.Dropped)
 	}
 }

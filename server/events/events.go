@@ -277,12 +277,15 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 	}
 }
 
-// Descriptors records an Envoy RLS decision: one event per descriptor that had a limit of
-// the configuration, each with that descriptor's remote_address as its ip.
+// Descriptors records an Envoy RLS decision: each descriptor that had a limit of the
+// configuration counts as a result with that descriptor's remote_address as its ip. The
+// results of neighbouring descriptors with the same ip (most requests have one, or none) go
+// in one event: one queue operation for a request, not one per descriptor.
 func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.DescriptorDecision) {
 	if r == nil {
 		return
 	}
+	var e event
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if !st.HasLimit || st.Limit == nil || st.Limit.Shadow || i >= len(req.Descriptors) {
@@ -292,19 +295,26 @@ func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.Descript
 		if desc.HasHitsAddend && desc.HitsAddend == 0 {
 			continue // a look
 		}
-		var e event
+		ip := ""
 		for _, en := range desc.Entries {
 			if en.Key == "remote_address" {
-				e.ip = en.Value
+				ip = en.Value
 				break
 			}
 		}
+		if e.n > 0 && (e.n == MaxResults || ip != e.ip) {
+			r.send(&e)
+			e.n = 0
+		}
+		e.ip = ip
 		o := allowed
 		if !st.OK {
 			o = denied
 		}
-		e.n = 1
-		e.results[0] = result{rule: st.Name, envoy: st.Limit, limit: int64(st.RequestsPerUnit), outcome: o}
+		e.results[e.n] = result{rule: st.Name, envoy: st.Limit, limit: int64(st.RequestsPerUnit), outcome: o}
+		e.n++
+	}
+	if e.n > 0 {
 		r.send(&e)
 	}
 }

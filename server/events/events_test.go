@@ -315,6 +315,69 @@ descriptors:
 	}
 }
 
+// TestEnvoyDescriptorsOfOneRequest: a request's descriptors share events by ip (at most
+// MaxResults results each): every limit is counted once, and a violation keeps its own
+// descriptor's remote_address, whichever descriptors come before or after it.
+func TestEnvoyDescriptorsOfOneRequest(t *testing.T) {
+	st, _ := backends[0].open(t, control.Options{})
+	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	rec := newRecorder(t, events.Options{Store: st, Now: newClock(m0).Now})
+	l := testutil.Limiter(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 1, name: per-ip}
+  - {key: a, rate_limit: {unit: hour, requests_per_unit: 1, name: a}}
+  - {key: b, rate_limit: {unit: hour, requests_per_unit: 1, name: b}}
+  - {key: c, rate_limit: {unit: hour, requests_per_unit: 1, name: c}}
+  - {key: d, rate_limit: {unit: hour, requests_per_unit: 1, name: d}}
+  - {key: e, rate_limit: {unit: hour, requests_per_unit: 1, name: e}}
+`, testutil.NewClock())
+	desc := func(k, v string) sluice.Descriptor {
+		return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}
+	}
+	// a's ip is none, the first remote_address's ip is its own, the five after it none.
+	descs := []sluice.Descriptor{desc("a", "1"), desc("remote_address", "203.0.113.9"),
+		desc("b", "1"), desc("c", "1"), desc("d", "1"), desc("e", "1"), desc("a", "2")}
+	var d sluice.DescriptorDecision
+	for range 2 {
+		req := sluice.DescriptorRequest{Domain: "edge", Descriptors: descs}
+		if err := l.CheckDescriptors(t.Context(), &req, &d); err != nil {
+			t.Fatal(err)
+		}
+		rec.Descriptors(&req, &d)
+	}
+	flush(t, rec)
+	for rule, want := range map[string][]control.UsagePoint{
+		"per-ip": {{At: m0, Allowed: 1, Denied: 1}},
+		"a":      {{At: m0, Allowed: 2, Denied: 2}},
+		"e":      {{At: m0, Allowed: 1, Denied: 1}},
+	} {
+		got, err := st.UsageHistory(t.Context(), control.UsageFilter{Rule: rule, Step: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("UsageHistory(%s) = %+v, want %+v", rule, got, want)
+		}
+	}
+	got, err := st.Violations(t.Context(), control.ViolationFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []control.ViolationCount{
+		{Minute: m0, Rule: "a", Denied: 2, Limit: 1},
+		{Minute: m0, Rule: "b", Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "c", Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "d", Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "e", Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "per-ip", IP: "203.0.113.9", Denied: 1, Limit: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Violations = %+v, want %+v", got, want)
+	}
+}
+
 // TestUnstorableValues: request attributes the control store cannot keep as they are (over
 // 512 characters, NUL) are kept readable and distinct rather than failing the write.
 func TestUnstorableValues(t *testing.T) {

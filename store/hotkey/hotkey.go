@@ -45,9 +45,10 @@ type Store struct {
 	sketch  *sketch.SpaceSaving
 	sampled atomic.Uint32
 
-	mu     sync.RWMutex
-	hot    map[string]*hotKey
-	syncMu sync.Mutex // held through a sync
+	mu      sync.RWMutex
+	hot     map[string]*hotKey
+	syncMu  sync.Mutex  // held through a sync
+	closing atomic.Bool // the last sync: it writes in-flight takes too
 
 	local, mixed, synced atomic.Int64 // requests decided locally, and in part; sync calls made
 
@@ -387,6 +388,7 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 func (s *Store) Close() error {
 	close(s.stop)
 	s.done.Wait()
+	s.closing.Store(true)
 	s.sync(context.Background())
 	return s.inner.Close()
 }
@@ -470,7 +472,14 @@ func (s *Store) sync(ctx context.Context) {
 		h.mu.Lock()
 		if h.params.Kind != 0 { // no request has told the parameters of a new key yet
 			// In-flight takes wait for their batch's answer: one given back was never a hit.
-			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, h.pending-h.inflight)
+			// The last sync (Close) writes them: there is no later one, and a request
+			// still in flight then (a shutdown that gave up draining) is likelier to stand
+			// (its give-back, if any, then leaves pending below in flight: nothing syncs).
+			pending := h.pending - h.inflight
+			if s.closing.Load() {
+				pending = h.pending
+			}
+			ready, params, pendings = append(ready, h), append(params, h.params), append(pendings, pending)
 		}
 		h.mu.Unlock()
 	}

@@ -674,3 +674,22 @@ func TestMixedBatchOnACluster(t *testing.T) {
 		t.Errorf("the global key counted %d, want the %d requests", got, 2*requests)
 	}
 }
+
+// TestCloseWritesInflight: the last sync, at Close, writes a mixed batch's take still in
+// flight (a shutdown that gave up draining): there is no later sync to write it.
+func TestCloseWritesInflight(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide})
+	ks.set(func(*store.Batch) {
+		h.closing.Store(true) // as Close does before its sync
+		h.sync(ctx)
+	}, false)
+	ops := []store.Op{{Key: []byte("user"), Params: &wide, Cost: 1}, {Key: []byte("global"), Params: &wide, Cost: 1}}
+	if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, make([]algorithm.Result, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := counted(t, shared, "global", &wide); got != 1 {
+		t.Errorf("the store counted %d, want the take in flight at the last sync", got)
+	}
+}

@@ -246,6 +246,11 @@ rules:
 	}
 }
 
+// desc is a descriptor of one entry.
+func desc(k, v string) sluice.Descriptor {
+	return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}
+}
+
 // TestEnvoyDescriptors: each descriptor with a limit counts under the limit's name, or
 // "domain/id" when it has none, with its remote_address as the violation's ip; looks
 // (hits_addend 0) and shadow_mode limits are not counted.
@@ -265,9 +270,6 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 0}
 `, testutil.NewClock())
-	desc := func(k, v string) sluice.Descriptor {
-		return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}
-	}
 	var d sluice.DescriptorDecision
 	send := func(n int, descs ...sluice.Descriptor) {
 		t.Helper()
@@ -333,9 +335,6 @@ descriptors:
   - {key: d, rate_limit: {unit: hour, requests_per_unit: 1, name: d}}
   - {key: e, rate_limit: {unit: hour, requests_per_unit: 1, name: e}}
 `, testutil.NewClock())
-	desc := func(k, v string) sluice.Descriptor {
-		return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}
-	}
 	// a's ip is none, the first remote_address's ip is its own, the five after it none.
 	descs := []sluice.Descriptor{desc("a", "1"), desc("remote_address", "203.0.113.9"),
 		desc("b", "1"), desc("c", "1"), desc("d", "1"), desc("e", "1"), desc("a", "2")}

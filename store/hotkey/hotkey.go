@@ -504,28 +504,51 @@ func (s *Store) sync(ctx context.Context) {
 		return // keep the pending hits for the next sync
 	}
 	s.synced.Add(1)
+	// The keys are written back side by side, each its own batch (a batch is all or nothing:
+	// one key's refusal must not refuse another's hits), so that a store that coalesces
+	// concurrent calls (store/redis) sends a few calls a sync rather than one per hot key.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, writeBackConcurrency)
 	for i, h := range ready {
-		res := []algorithm.Result{seen[i]}
-		done, ok := s.writeBack(ctx, h, &params[i], pendings[i], res)
-		h.mu.Lock()
-		// What was written is off pending even when the parameters changed meanwhile: left
-		// there, the next sync would write it again.
-		h.pending -= done
-		if ok && h.params == params[i] {
-			h.ready = true
-			h.remaining = res[0].Remaining
-			h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
-			if h.remaining == 0 && h.retry == 0 {
-				h.retry = res[0].ResetAfter
-			}
-			h.cap = max(1, int64(math.Floor(s.o.Overage*float64(params[i].Capacity())/float64(s.o.Nodes))))
-			// The nodes share what is left: each spending all of it would over-admit by the
-			// number of nodes at every sync of a refilling bucket.
-			h.budget = min(h.cap, h.remaining/int64(s.o.Nodes))
-			h.syncEvery = s.o.SyncEvery.Microseconds()
+		if pendings[i] <= 0 {
+			s.syncKey(ctx, h, &params[i], 0, seen[i]) // nothing to write: no call
+			continue
 		}
-		h.mu.Unlock()
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.syncKey(ctx, h, &params[i], pendings[i], seen[i])
+		})
 	}
+	wg.Wait()
+}
+
+// writeBackConcurrency bounds the keys a sync writes back at once.
+const writeBackConcurrency = 64
+
+// syncKey writes h's pending hits back (writeBack), seen holding its look, and takes in what
+// the store reports.
+func (s *Store) syncKey(ctx context.Context, h *hotKey, p *algorithm.Params, pending int64, seen algorithm.Result) {
+	res := []algorithm.Result{seen}
+	done, ok := s.writeBack(ctx, h, p, pending, res)
+	h.mu.Lock()
+	// What was written is off pending even when the parameters changed meanwhile: left
+	// there, the next sync would write it again.
+	h.pending -= done
+	if ok && h.params == *p {
+		h.ready = true
+		h.remaining = res[0].Remaining
+		h.reset, h.retry = res[0].ResetAfter, res[0].RetryAfter
+		if h.remaining == 0 && h.retry == 0 {
+			h.retry = res[0].ResetAfter
+		}
+		h.cap = max(1, int64(math.Floor(s.o.Overage*float64(p.Capacity())/float64(s.o.Nodes))))
+		// The nodes share what is left: each spending all of it would over-admit by the
+		// number of nodes at every sync of a refilling bucket.
+		h.budget = min(h.cap, h.remaining/int64(s.o.Nodes))
+		h.syncEvery = s.o.SyncEvery.Microseconds()
+	}
+	h.mu.Unlock()
 }
 
 // writeBack consumes what fits of pending hits, res[0] holding the key's last look. Another

@@ -724,3 +724,56 @@ func TestDetectAmongManyColdKeys(t *testing.T) {
 		t.Errorf("after 101 requests on the tenant among %d, tenant hot %v, %d keys hot: want the tenant alone", requests, hot, n)
 	}
 }
+
+// TestSyncCoalescesWriteBacks: a sync writes 200 hot keys' hits back side by side, so the Redis
+// store coalesces them into a few script calls rather than one per key; each key's hits are
+// written once.
+func TestSyncCoalescesWriteBacks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st, err := redis.New(ctx, "redis://"+srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(st, Options{SyncEvery: time.Hour, Detect: time.Hour})
+	defer h.Close()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	const keys = 200
+	ops := make([]store.Op, keys)
+	for i := range ops {
+		ops[i] = store.Op{Key: []byte("k" + strconv.Itoa(i)), Params: &wide, Cost: 1}
+		h.Promote(ops[i].Key, wide)
+	}
+	for i := range ops { // after every Promote: each syncs
+		b := &store.Batch{Ops: ops[i : i+1]}
+		if _, err := h.Apply(ctx, b, make([]algorithm.Result, 1)); err != nil || !b.HotKey {
+			t.Fatalf("key %d: local %v, err %v", i, b.HotKey, err)
+		}
+	}
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	h.sync(ctx)
+	stats, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := scriptCalls(stats)
+	t.Logf("a sync of %d keys with hits pending: %d script calls", keys, calls)
+	if calls > keys/4 {
+		t.Errorf("a sync of %d keys made %d script calls: want the write-backs coalesced (at most %d)", keys, calls, keys/4)
+	}
+	looks := make([]store.Op, keys)
+	for i := range looks {
+		looks[i] = store.Op{Key: ops[i].Key, Params: &wide}
+	}
+	res := make([]algorithm.Result, keys)
+	if _, err := st.Apply(ctx, &store.Batch{Ops: looks}, res); err != nil {
+		t.Fatal(err)
+	}
+	for i := range res {
+		if got := wide.Limit - res[i].Remaining; got != 1 {
+			t.Fatalf("key %d: the store counted %d, want 1", i, got)
+		}
+	}
+}

@@ -69,7 +69,6 @@ type hotKey struct {
 	reset     int64       // reset_after at the last sync, µs
 	retry     int64       // retry_after when the store was spent at the last sync, µs
 	seen      atomic.Bool // requested during the last detection interval
-	detached  bool        // no longer in the hot map: its requests go to the store
 	syncEvery int64       // µs
 	ready     bool        // synced at least once with the current params: decisions can be local
 }
@@ -336,7 +335,7 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64, binding bool) (algorith
 	if h.params != *p {
 		h.params, h.ready = *p, false
 	}
-	if !h.ready || h.detached {
+	if !h.ready {
 		return algorithm.Result{}, false
 	}
 	r := algorithm.Result{ResetAfter: h.reset}
@@ -441,11 +440,12 @@ func (s *Store) detect() {
 	heavy := s.sketch.Drain(max(1, perInterval))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Under the write lock no request is between finding a key and deciding on it (see Apply),
+	// so one removed here is never decided on again.
 	for k, h := range s.hot {
 		h.mu.Lock()
 		idle := !h.seen.Load() && h.pending == 0
 		h.seen.Store(false)
-		h.detached = idle // a request that found it just before sends its hits to the store
 		h.mu.Unlock()
 		if idle {
 			delete(s.hot, k)

@@ -15,18 +15,28 @@ import (
 // SpaceSaving counts keys in k counters: a key not counted takes over the smallest counter and
 // inherits its count, so any key seen more than n/k times in n adds holds a counter. Its
 // methods are safe for concurrent use.
+//
+// The counters sit in slots that never move, and a min-heap of slot numbers finds the smallest
+// in O(log k): a scan for it made a key the sketch does not hold cost ~2 µs at 1,024 counters
+// and ~7 µs at 4,096 (BenchmarkAdd). Heap moves swap slot numbers only, so the key index is
+// written once per new key, not per move.
 type SpaceSaving struct {
 	mu     sync.Mutex
 	keys   []string
 	counts []int64
 	errs   []int64 // the count a key inherited when it took its counter: counts-errs is sure
-	index  map[string]int
+	index  map[string]int32
+	heap   []int32 // slot numbers, the smallest count first
+	at     []int32 // at[slot] is the slot's place in heap
 }
 
 // New returns a sketch of k counters (at least 1).
 func New(k int) *SpaceSaving {
 	k = max(k, 1)
-	return &SpaceSaving{keys: make([]string, 0, k), counts: make([]int64, 0, k), errs: make([]int64, 0, k), index: make(map[string]int, k)}
+	return &SpaceSaving{
+		keys: make([]string, 0, k), counts: make([]int64, 0, k), errs: make([]int64, 0, k),
+		index: make(map[string]int32, k), heap: make([]int32, 0, k), at: make([]int32, 0, k),
+	}
 }
 
 // Add counts key once.
@@ -38,28 +48,64 @@ func (s *SpaceSaving) AddN(key []byte, n int64) {
 	defer s.mu.Unlock()
 	// The string(key) conversions in map lookups do not allocate; only a key that takes a
 	// counter is copied.
-	if i, ok := s.index[string(key)]; ok {
-		s.counts[i] += n
+	if slot, ok := s.index[string(key)]; ok {
+		s.counts[slot] += n
+		s.down(int(s.at[slot]))
 		return
 	}
 	if len(s.keys) < cap(s.keys) {
-		s.index[string(key)] = len(s.keys)
+		slot := int32(len(s.keys))
+		s.index[string(key)] = slot
 		s.keys = append(s.keys, string(key))
 		s.counts = append(s.counts, n)
 		s.errs = append(s.errs, 0)
+		s.heap = append(s.heap, slot)
+		s.at = append(s.at, slot)
+		s.up(int(slot))
 		return
 	}
-	low := 0
-	for i, c := range s.counts {
-		if c < s.counts[low] {
-			low = i
-		}
-	}
+	low := s.heap[0]
 	delete(s.index, s.keys[low])
 	s.keys[low] = string(key)
 	s.index[s.keys[low]] = low
 	s.errs[low] = s.counts[low]
 	s.counts[low] += n
+	s.down(0)
+}
+
+// up moves the heap's i-th slot toward the root while its count is below its parent's.
+func (s *SpaceSaving) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if s.counts[s.heap[parent]] <= s.counts[s.heap[i]] {
+			return
+		}
+		s.swap(i, parent)
+		i = parent
+	}
+}
+
+// down moves the heap's i-th slot toward the leaves while a child's count is below its own.
+func (s *SpaceSaving) down(i int) {
+	for {
+		low, left := i, 2*i+1
+		if left < len(s.heap) && s.counts[s.heap[left]] < s.counts[s.heap[low]] {
+			low = left
+		}
+		if right := left + 1; right < len(s.heap) && s.counts[s.heap[right]] < s.counts[s.heap[low]] {
+			low = right
+		}
+		if low == i {
+			return
+		}
+		s.swap(i, low)
+		i = low
+	}
+}
+
+func (s *SpaceSaving) swap(i, j int) {
+	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
+	s.at[s.heap[i]], s.at[s.heap[j]] = int32(i), int32(j)
 }
 
 // Drain returns the keys surely counted at least min times and empties the sketch.
@@ -85,6 +131,7 @@ func (s *SpaceSaving) Reset() {
 
 func (s *SpaceSaving) reset() {
 	s.keys, s.counts, s.errs = s.keys[:0], s.counts[:0], s.errs[:0]
+	s.heap, s.at = s.heap[:0], s.at[:0]
 	clear(s.index)
 }
 

@@ -1,6 +1,7 @@
 package sketch
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -147,14 +148,90 @@ func TestMergeKeepsBounds(t *testing.T) {
 	}
 }
 
-func BenchmarkAdd(b *testing.B) {
-	s := New(64)
-	keys := make([][]byte, 1000)
-	for i := range keys {
-		keys[i] = []byte("key-" + strconv.Itoa(i%80))
+// TestSpaceSavingInvariants feeds random streams, uniform and skewed, to sketches of several
+// sizes and checks after every add what Space-Saving promises and the heap keeps: the counts sum
+// to the adds, each counted key's count bounds its true count from above and count - err from
+// below, every key seen more than n/k times is held, and the heap's root is a smallest count.
+func TestSpaceSavingInvariants(t *testing.T) {
+	t.Parallel()
+	for _, k := range []int{1, 2, 7, 64} {
+		for _, skew := range []float64{1.01, 1.5} {
+			rng := rand.New(rand.NewPCG(uint64(k), 7))
+			zipf := rand.NewZipf(rng, skew+0.01, 1, 499)
+			s := New(k)
+			truth := map[string]int64{}
+			var n int64
+			for range 3000 {
+				key := "k" + strconv.FormatUint(zipf.Uint64(), 10)
+				add := int64(1 + rng.IntN(3))
+				s.AddN([]byte(key), add)
+				truth[key] += add
+				n += add
+				if err := checkSketch(s, truth, n); err != "" {
+					t.Fatalf("k=%d skew %.2f after %d adds: %s", k, skew, n, err)
+				}
+			}
+		}
 	}
-	b.ReportAllocs()
-	for i := range b.N {
-		s.Add(keys[i%len(keys)])
+}
+
+func checkSketch(s *SpaceSaving, truth map[string]int64, n int64) string {
+	var sum int64
+	for slot, key := range s.keys {
+		sum += s.counts[slot]
+		if got := s.index[key]; int(got) != slot {
+			return fmt.Sprintf("index[%s] = %d, want slot %d", key, got, slot)
+		}
+		if s.counts[slot] < truth[key] || s.counts[slot]-s.errs[slot] > truth[key] {
+			return fmt.Sprintf("%s: count %d err %d, true %d", key, s.counts[slot], s.errs[slot], truth[key])
+		}
+	}
+	if sum != n {
+		return fmt.Sprintf("counts sum to %d, want %d adds", sum, n)
+	}
+	for key, c := range truth {
+		if _, held := s.index[key]; !held && c*int64(cap(s.keys)) > n {
+			return fmt.Sprintf("%s seen %d of %d times is not held by %d counters", key, c, n, cap(s.keys))
+		}
+	}
+	for i, slot := range s.heap {
+		if int(s.at[slot]) != i {
+			return fmt.Sprintf("slot %d is at heap place %d, recorded %d", slot, i, s.at[slot])
+		}
+		if i > 0 && s.counts[s.heap[(i-1)/2]] > s.counts[slot] {
+			return fmt.Sprintf("heap place %d counts %d, below its parent's %d", i, s.counts[slot], s.counts[s.heap[(i-1)/2]])
+		}
+	}
+	return ""
+}
+
+// BenchmarkAdd adds to sketches of k counters: "held" cycles 80 keys, which stay counted after
+// the first pass (an increment); "new" cycles 65,536 keys, so nearly every add is a key the
+// sketch does not hold and takes over the smallest counter; "zipf" draws from 100,000 keys with
+// a few heavy ones, as a node's traffic does.
+func BenchmarkAdd(b *testing.B) {
+	distinct := make([][]byte, 1<<16)
+	for i := range distinct {
+		distinct[i] = []byte("key-" + strconv.Itoa(i))
+	}
+	held := distinct[:80]
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, 99_999)
+	drawn := make([][]byte, 1<<16)
+	for i := range drawn {
+		drawn[i] = []byte("key-" + strconv.FormatUint(zipf.Uint64(), 10))
+	}
+	for _, k := range []int{64, 256, 1024, 4096} {
+		for _, stream := range []struct {
+			name string
+			keys [][]byte
+		}{{"held", held}, {"new", distinct}, {"zipf", drawn}} {
+			b.Run(stream.name+"/k="+strconv.Itoa(k), func(b *testing.B) {
+				s := New(k)
+				b.ReportAllocs()
+				for i := range b.N {
+					s.Add(stream.keys[i%len(stream.keys)])
+				}
+			})
+		}
 	}
 }

@@ -98,11 +98,12 @@ func New(inner store.Store, o Options) *Store {
 
 // sketchCounters is the detection sketch's size. Space-Saving keeps every key seen more than
 // n/k times of the n keys it is fed, so a key above the threshold must stand above n/k among a
-// node's cold keys: with 64 counters a node deciding 8,000 requests of new users per 2-s
-// interval lost a tenant at twice the threshold (TestDetectAmongManyColdKeys). A counter costs
-// ~40 bytes, and a key the sketch does not hold ~600 ns to place instead of ~300 (it scans for
-// the smallest count), on one request in sampleEvery.
-const sketchCounters = 256
+// node's cold keys: a node deciding 8,000 requests of new users per 2-s interval lost a tenant
+// at twice the threshold with 64 counters, and one deciding 32,000 with 256
+// (TestDetectAmongManyColdKeys). A counter costs ~100 bytes with its key, and a key the sketch
+// does not hold ~290 ns to place (a heap finds the smallest count; BenchmarkAdd in
+// internal/sketch), on one request in sampleEvery.
+const sketchCounters = 1024
 
 // sampleEvery is how many requests pass per one whose keys are counted in the sketch:
 // detection needs the heavy hitters, not exact counts, and sampling keeps the sketch's lock off

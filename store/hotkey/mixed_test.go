@@ -694,34 +694,41 @@ func TestCloseWritesInflight(t *testing.T) {
 	}
 }
 
-// TestDetectAmongManyColdKeys: a node decides 8,000 requests in a detection interval of 2 s,
-// each under its own user's limit (all cold) and 101 of them under a tenant's too: the tenant,
-// at 50/s, is above the threshold of 25/s and becomes hot. The sketch is fed a sampled 1,000
-// keys, the tenant's ~12 among them: a sketch of 64 counters keeps only keys above ~16 (n/k)
-// and lost the tenant to the churn; 256 keep those above ~4.
+// TestDetectAmongManyColdKeys: a node decides 8,000 or 32,000 requests in a detection interval
+// of 2 s, each under its own user's limit (all cold) and 101 of them under a tenant's too: the
+// tenant, at 50/s, is above the threshold of 25/s and becomes hot. The sketch is fed a sampled
+// 1,000 or 4,000 keys, the tenant's ~12 among them. Space-Saving keeps only keys above n/k: 64
+// counters lost the tenant among 8,000 requests' keys, and 256 among 32,000's; 1,024 keep keys
+// above ~4.
 func TestDetectAmongManyColdKeys(t *testing.T) {
 	t.Parallel()
 	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
-	h := New(memory.New(), Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
-	defer h.Close()
-	const requests, tenantEvery = 8_000, 79 // 101 of them; not a multiple of the sampling period
-	res := make([]algorithm.Result, 2)
-	for i := range requests {
-		ops := []store.Op{{Key: []byte("user-" + strconv.Itoa(i)), Params: &wide, Cost: 1}}
-		if i%tenantEvery == tenantEvery/2 {
-			ops = append(ops, store.Op{Key: []byte("tenant"), Params: &wide, Cost: 1})
+	for _, tc := range []struct{ requests, tenantEvery int }{
+		{8_000, 79}, // 101 on the tenant; not multiples of the sampling period
+		{32_000, 317},
+	} {
+		h := New(memory.New(), Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+		res := make([]algorithm.Result, 2)
+		tenant := 0
+		for i := range tc.requests {
+			ops := []store.Op{{Key: []byte("user-" + strconv.Itoa(i)), Params: &wide, Cost: 1}}
+			if i%tc.tenantEvery == tc.tenantEvery/2 {
+				ops = append(ops, store.Op{Key: []byte("tenant"), Params: &wide, Cost: 1})
+				tenant++
+			}
+			if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, res[:len(ops)]); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if _, err := h.Apply(ctx, &store.Batch{Ops: ops}, res[:len(ops)]); err != nil {
-			t.Fatal(err)
+		h.detect() // as the loop does every Detect
+		h.mu.RLock()
+		_, hot := h.hot["tenant"]
+		n := len(h.hot)
+		h.mu.RUnlock()
+		h.Close()
+		if !hot || n != 1 {
+			t.Errorf("after %d requests on the tenant among %d, tenant hot %v, %d keys hot: want the tenant alone", tenant, tc.requests, hot, n)
 		}
-	}
-	h.detect() // as the loop does every Detect
-	h.mu.RLock()
-	_, hot := h.hot["tenant"]
-	n := len(h.hot)
-	h.mu.RUnlock()
-	if !hot || n != 1 {
-		t.Errorf("after 101 requests on the tenant among %d, tenant hot %v, %d keys hot: want the tenant alone", requests, hot, n)
 	}
 }
 

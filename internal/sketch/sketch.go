@@ -108,14 +108,15 @@ func (s *SpaceSaving) swap(i, j int) {
 	s.at[s.heap[i]], s.at[s.heap[j]] = int32(i), int32(j)
 }
 
-// Drain returns the keys surely counted at least min times and empties the sketch.
-func (s *SpaceSaving) Drain(min int64) []string {
+// Drain returns the counters of the keys surely counted at least min times (Count - Err >=
+// min), in no order, and empties the sketch.
+func (s *SpaceSaving) Drain(min int64) []Counter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var heavy []string
+	var heavy []Counter
 	for i, c := range s.counts {
 		if c-s.errs[i] >= min {
-			heavy = append(heavy, s.keys[i])
+			heavy = append(heavy, Counter{Key: s.keys[i], Count: c, Err: s.errs[i]})
 		}
 	}
 	s.reset()

@@ -18,8 +18,15 @@ func TestSpaceSavingDrain(t *testing.T) {
 		}
 	}
 	heavy := s.Drain(400)
-	if len(heavy) != 2 || !(heavy[0] == "heavy" || heavy[1] == "heavy") {
+	sortCounters(heavy)
+	if len(heavy) != 2 || heavy[0].Key != "heavy" || heavy[1].Key != "medium" {
 		t.Fatalf("heavy hitters %v, want heavy and medium", heavy)
+	}
+	// medium was seen 500 times, heavy 1,000: what Drain reports bounds that.
+	for i, seen := range []int64{1000, 500} {
+		if c := heavy[i]; c.Count < seen || c.Count-c.Err > seen {
+			t.Errorf("%s: count %d err %d, seen %d times", c.Key, c.Count, c.Err, seen)
+		}
 	}
 	if got := s.Drain(1); len(got) != 0 {
 		t.Fatalf("drain did not start a new interval: %v", got)

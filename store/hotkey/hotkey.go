@@ -61,16 +61,15 @@ type hotKey struct {
 	mu        sync.Mutex
 	key       []byte
 	params    algorithm.Params
-	remaining int64       // what the store reported at the last sync
-	cap       int64       // the most this node may hold admitted but not yet in the store
-	budget    int64       // what this node may admit until the next sync: min(cap, remaining/nodes)
-	pending   int64       // admitted here since the last sync, not yet in the store
-	inflight  int64       // of pending, what mixed batches took and have not settled: not written yet
-	reset     int64       // reset_after at the last sync, µs
-	retry     int64       // retry_after when the store was spent at the last sync, µs
-	seen      atomic.Bool // requested during the last detection interval
-	syncEvery int64       // µs
-	ready     bool        // synced at least once with the current params: decisions can be local
+	remaining int64 // what the store reported at the last sync
+	cap       int64 // the most this node may hold admitted but not yet in the store
+	budget    int64 // what this node may admit until the next sync: min(cap, remaining/nodes)
+	pending   int64 // admitted here since the last sync, not yet in the store
+	inflight  int64 // of pending, what mixed batches took and have not settled: not written yet
+	reset     int64 // reset_after at the last sync, µs
+	retry     int64 // retry_after when the store was spent at the last sync, µs
+	syncEvery int64 // µs
+	ready     bool  // synced at least once with the current params: decisions can be local
 }
 
 // New wraps inner. Close stops the background sync and writes back what is pending.
@@ -137,9 +136,6 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	s.mu.RLock()
 	for i := range b.Ops {
 		h := s.hot[string(b.Ops[i].Key)]
-		if h != nil && !h.seen.Load() {
-			h.seen.Store(true) // asked for, if only beside a key that is not hot
-		}
 		hot[i] = h
 		found, all = found || h != nil, all && h != nil
 	}
@@ -332,7 +328,6 @@ func (h *hotKey) learn(p *algorithm.Params, r *algorithm.Result) {
 func (h *hotKey) decide(p *algorithm.Params, cost int64, binding bool) (algorithm.Result, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.seen.Store(true)
 	if h.params != *p {
 		h.params, h.ready = *p, false
 	}
@@ -434,31 +429,34 @@ func (s *Store) loop() {
 	}
 }
 
-// detect promotes the keys the sketch saw above the threshold and demotes hot keys nobody
-// asked for during the interval.
+// detect promotes the keys the sketch saw above the threshold and demotes, once their hits
+// are written, hot keys asked for less than half of it during the interval: nobody's, and
+// those that cooled or were promoted by a burst. Half, not the threshold itself, so that a key
+// near it is not moved back and forth by sampling noise.
 func (s *Store) detect() {
-	perInterval := int64(float64(s.o.Threshold) * s.o.Detect.Seconds() / sampleEvery)
-	heavy := s.sketch.Drain(max(1, perInterval))
+	promoteAt := max(1, int64(float64(s.o.Threshold)*s.o.Detect.Seconds()/sampleEvery))
+	counted := s.sketch.Drain(max(1, promoteAt/2))
+	keep := make(map[string]bool, len(counted))
+	for _, c := range counted {
+		keep[c.Key] = true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Under the write lock no request is between finding a key and deciding on it (see Apply),
 	// so one removed here is never decided on again.
 	for k, h := range s.hot {
 		h.mu.Lock()
-		idle := !h.seen.Load() && h.pending == 0
-		h.seen.Store(false)
+		idle := !keep[k] && h.pending == 0
 		h.mu.Unlock()
 		if idle {
 			delete(s.hot, k)
 		}
 	}
-	for _, k := range heavy {
-		if s.hot[k] == nil {
+	for _, c := range counted {
+		if c.Count-c.Err >= promoteAt && s.hot[c.Key] == nil {
 			// Its parameters come with its next request; until a sync has read the store,
 			// its requests still go there.
-			h := &hotKey{key: []byte(k)}
-			h.seen.Store(true)
-			s.hot[k] = h
+			s.hot[c.Key] = &hotKey{key: []byte(c.Key)}
 		}
 	}
 }
@@ -590,7 +588,6 @@ func (s *Store) Promote(k []byte, params algorithm.Params) {
 		h.params, h.ready = params, false
 	}
 	h.mu.Unlock()
-	h.seen.Store(true)
 	s.mu.Unlock()
 	s.sync(context.Background())
 }

@@ -3,6 +3,7 @@ package hotkey
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -498,8 +499,8 @@ func TestIdleKeyKeepsPendingHits(t *testing.T) {
 	if _, err := h.Apply(ctx, b, res); err != nil || !b.HotKey {
 		t.Fatalf("local %v, err %v", b.HotKey, err)
 	}
-	h.detect() // asked for during the interval: stays, and is not seen since
-	h.detect() // not asked for, but a hit pending: stays
+	h.detect() // asked for far below the threshold, but a hit pending: stays
+	h.detect() // not asked for, a hit pending: stays
 	h.sync(ctx)
 	if got := counted(t, shared, "global", &wide); got != 1 {
 		t.Errorf("the store counted %d, want the 1 admitted", got)
@@ -728,6 +729,49 @@ func TestDetectAmongManyColdKeys(t *testing.T) {
 		h.Close()
 		if !hot || n != 1 {
 			t.Errorf("after %d requests on the tenant among %d, tenant hot %v, %d keys hot: want the tenant alone", tenant, tc.requests, hot, n)
+		}
+	}
+}
+
+// TestDetectHysteresis: a key becomes hot above the threshold and goes back to the store,
+// once its hits are written, only below half of it; a cold key between the two stays cold.
+// With a threshold of 25/s and a 2-s interval, a key needs 50 requests to become hot and 25 to
+// stay hot (sampled one in 8).
+func TestDetectHysteresis(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	h := New(memory.New(), Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+	defer h.Close()
+	res := make([]algorithm.Result, 1)
+	ask := func(key string, n int) {
+		t.Helper()
+		for range n {
+			if _, err := h.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: []byte(key), Params: &wide, Cost: 1}}}, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hot := func() []string {
+		h.mu.RLock()
+		defer h.mu.RUnlock()
+		return slices.Sorted(maps.Keys(h.hot))
+	}
+	for _, step := range []struct {
+		name          string
+		burst, warm   int
+		wantAfterSync []string
+	}{
+		{"burst above the threshold", 200, 40, []string{"burst"}},
+		{"burst between half and the threshold", 40, 40, []string{"burst"}},
+		{"burst below half", 16, 40, nil},
+		{"warm above the threshold", 0, 120, []string{"warm"}},
+	} {
+		ask("burst", step.burst)
+		ask("warm", step.warm)
+		h.sync(ctx) // the local hits written: only the rate keeps a key hot
+		h.detect()
+		if got := hot(); !slices.Equal(got, step.wantAfterSync) {
+			t.Errorf("%s: hot keys %v, want %v", step.name, got, step.wantAfterSync)
 		}
 	}
 }

@@ -70,6 +70,7 @@ type hotKey struct {
 	retry     int64 // retry_after when the store was spent at the last sync, µs
 	syncEvery int64 // µs
 	ready     bool  // synced at least once with the current params: decisions can be local
+	retiring  bool  // asked for below half the threshold: the store decides until the hits are written
 }
 
 // New wraps inner. Close stops the background sync and writes back what is pending.
@@ -331,7 +332,7 @@ func (h *hotKey) decide(p *algorithm.Params, cost int64, binding bool) (algorith
 	if h.params != *p {
 		h.params, h.ready = *p, false
 	}
-	if !h.ready {
+	if !h.ready || h.retiring {
 		return algorithm.Result{}, false
 	}
 	r := algorithm.Result{ResetAfter: h.reset}
@@ -429,10 +430,11 @@ func (s *Store) loop() {
 	}
 }
 
-// detect promotes the keys the sketch saw above the threshold and demotes, once their hits
-// are written, hot keys asked for less than half of it during the interval: nobody's, and
-// those that cooled or were promoted by a burst. Half, not the threshold itself, so that a key
-// near it is not moved back and forth by sampling noise.
+// detect promotes the keys the sketch saw above the threshold and retires hot keys asked for
+// less than half of it during the interval: nobody's, and those that cooled or were promoted by
+// a burst. Half, not the threshold itself, so that a key near it is not moved back and forth by
+// sampling noise. A retiring key's requests go to the store, and it goes once a sync has
+// written its hits; asked for again above half, it is decided locally again.
 func (s *Store) detect() {
 	promoteAt := max(1, int64(float64(s.o.Threshold)*s.o.Detect.Seconds()/sampleEvery))
 	counted := s.sketch.Drain(max(1, promoteAt/2))
@@ -446,9 +448,10 @@ func (s *Store) detect() {
 	// so one removed here is never decided on again.
 	for k, h := range s.hot {
 		h.mu.Lock()
-		idle := !keep[k] && h.pending == 0
+		h.retiring = !keep[k]
+		gone := h.retiring && h.pending == 0
 		h.mu.Unlock()
-		if idle {
+		if gone {
 			delete(s.hot, k)
 		}
 	}
@@ -587,6 +590,7 @@ func (s *Store) Promote(k []byte, params algorithm.Params) {
 	if h.params != params {
 		h.params, h.ready = params, false
 	}
+	h.retiring = false
 	h.mu.Unlock()
 	s.mu.Unlock()
 	s.sync(context.Background())

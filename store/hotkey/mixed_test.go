@@ -511,6 +511,53 @@ func TestIdleKeyKeepsPendingHits(t *testing.T) {
 	}
 }
 
+// TestCooledKeyRetires: a hot key asked for below half the threshold while hits are pending
+// (a key with local decisions nearly always has some) retires: its next requests go to the
+// store, the next sync writes the hits, and the next detection removes it. Asked for again
+// above half meanwhile, it is decided locally again.
+func TestCooledKeyRetires(t *testing.T) {
+	t.Parallel()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	for _, again := range []int{0, 100} {
+		// 25/s over 2 s, sampled 1 in 8: 3 samples, 24 requests, keep a key hot.
+		shared := memory.New()
+		h := New(shared, Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+		defer h.Close()
+		h.Promote([]byte("global"), wide)
+		b := &store.Batch{Ops: []store.Op{{Key: []byte("global"), Params: &wide, Cost: 1}}}
+		res := make([]algorithm.Result, 1)
+		apply := func() bool {
+			t.Helper()
+			b.HotKey = false
+			if _, err := h.Apply(ctx, b, res); err != nil || !res[0].Allowed {
+				t.Fatalf("allowed %v, err %v", res[0].Allowed, err)
+			}
+			return b.HotKey
+		}
+		if !apply() {
+			t.Fatal("a request on a ready hot key went to the store")
+		}
+		h.detect() // 1 request in the interval: retiring, with 1 hit pending
+		if apply() {
+			t.Fatalf("again %d: a retiring key's request was decided locally", again)
+		}
+		for range again {
+			apply()
+		}
+		h.sync(ctx)
+		if got := counted(t, shared, "global", &wide); got != int64(2+again) {
+			t.Errorf("again %d: the store counted %d, want %d", again, got, 2+again)
+		}
+		h.detect()
+		if st := h.Stats(); (st.Hot == 1) != (again > 0) {
+			t.Errorf("again %d: %d keys hot after the sync", again, st.Hot)
+		}
+		if again > 0 && !apply() {
+			t.Error("a key asked for again above half the threshold is not decided locally")
+		}
+	}
+}
+
 // TestSyncWritesOnceWhenParamsChange: a request with other parameters for a hot key (a changed
 // limit) while a sync writes the key's hits back: the hits are written once.
 func TestSyncWritesOnceWhenParamsChange(t *testing.T) {

@@ -146,8 +146,9 @@ type result struct {
 }
 
 // event is what the hot path queues: strings are headers of immutable strings (the request's
-// attributes, decoded into fresh strings by every server; rule names from the policy), so
-// queuing copies no bytes and allocates nothing.
+// attributes, which the RLS decoder takes from one copy of the whole request; rule names from
+// the policy), so queuing copies no bytes and allocates nothing. add copies those a new row
+// keeps.
 type event struct {
 	tenant, user, apiKey, ip, endpoint string
 	n                                  uint8

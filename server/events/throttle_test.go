@@ -12,7 +12,7 @@ func TestTenantThrottle(t *testing.T) {
 	t.Parallel()
 	c := newCounts()
 	add := func(rule, tenant string, allowed, denied, soft int64) {
-		c.usage[usageKey{minute: 1, rule: rule, tenant: tenant}] = usageVal{allowed, denied, soft}
+		c.usage[usageKey{minute: 1, rule: rule, tenant: tenant}] = &usageVal{allowed, denied, soft}
 	}
 	add("a", "noisy", 10, 80, 10) // 90 of 100 on rule a...
 	add("b", "noisy", 100, 0, 0)  // ...and 0 of 100 on rule b: 90 of 200

@@ -31,14 +31,18 @@ type violationVal struct{ denied, soft, limit int64 }
 
 // counts are the sums gathered since the last hand-over. total is what they add up to, usage
 // and violations together, so that counts lost whole are counted as such.
+//
+// Values are pointers so that a row is updated without assigning its key again: a map
+// assignment replaces an existing string key with the one assigned, which would be the
+// request's substring (see add).
 type counts struct {
-	usage      map[usageKey]usageVal
-	violations map[violationKey]violationVal
+	usage      map[usageKey]*usageVal
+	violations map[violationKey]*violationVal
 	total      int64
 }
 
 func newCounts() *counts {
-	return &counts{usage: map[usageKey]usageVal{}, violations: map[violationKey]violationVal{}}
+	return &counts{usage: map[usageKey]*usageVal{}, violations: map[violationKey]*violationVal{}}
 }
 
 func (c *counts) rows() int { return len(c.usage) + len(c.violations) }
@@ -123,13 +127,21 @@ func (r *Recorder) add(c *counts, e *event) {
 			r.o.Observe(Observation{Rule: rule, Tenant: e.tenant, User: e.user, APIKey: apiKey, IP: e.ip, Outcome: Outcome(res.outcome), At: now})
 		}
 		uk := usageKey{minute, rule, storable(e.tenant, control.MaxValueLen)}
-		u, ok := c.usage[uk]
-		if !ok && c.rows() >= r.o.MaxRows {
-			r.lost.Add(1)
-			if res.outcome != allowed {
+		u := c.usage[uk]
+		if u == nil {
+			if c.rows() >= r.o.MaxRows {
 				r.lost.Add(1)
+				if res.outcome != allowed {
+					r.lost.Add(1)
+				}
+				continue
 			}
-			continue
+			// A new row's strings are copied: an RLS request's are substrings of one copy
+			// of the whole request (server/rls decodeRequest), which a row's key would keep
+			// alive until the hand-over.
+			uk.tenant = strings.Clone(uk.tenant)
+			u = &usageVal{}
+			c.usage[uk] = u
 		}
 		c.total++
 		switch res.outcome {
@@ -140,7 +152,6 @@ func (r *Recorder) add(c *counts, e *event) {
 		case denied:
 			u.denied++
 		}
-		c.usage[uk] = u
 		if res.outcome == allowed {
 			continue
 		}
@@ -149,10 +160,16 @@ func (r *Recorder) add(c *counts, e *event) {
 		}
 		vk := violationKey{minute, rule, uk.tenant, storable(e.user, control.MaxValueLen), apiKey,
 			storable(e.ip, control.MaxValueLen), storable(e.endpoint, control.MaxValueLen)}
-		v, ok := c.violations[vk]
-		if !ok && c.rows() >= r.o.MaxRows {
-			r.lost.Add(1)
-			continue
+		v := c.violations[vk]
+		if v == nil {
+			if c.rows() >= r.o.MaxRows {
+				r.lost.Add(1)
+				continue
+			}
+			vk.tenant, vk.user = strings.Clone(vk.tenant), strings.Clone(vk.user)
+			vk.ip, vk.endpoint = strings.Clone(vk.ip), strings.Clone(vk.endpoint)
+			v = &violationVal{}
+			c.violations[vk] = v
 		}
 		c.total++
 		if res.outcome == soft {
@@ -161,7 +178,6 @@ func (r *Recorder) add(c *counts, e *event) {
 			v.denied++
 		}
 		v.limit = max(res.limit, 0)
-		c.violations[vk] = v
 	}
 }
 
@@ -171,22 +187,28 @@ func (r *Recorder) merge(c, from *counts) int64 {
 	var lost int64
 	c.total += from.total
 	for k, v := range from.usage {
-		u, ok := c.usage[k]
-		if !ok && c.rows() >= r.o.MaxRows {
-			lost += v.allowed + v.denied + v.soft
-			continue
+		u := c.usage[k]
+		if u == nil {
+			if c.rows() >= r.o.MaxRows {
+				lost += v.allowed + v.denied + v.soft
+				continue
+			}
+			u = &usageVal{}
+			c.usage[k] = u
 		}
 		u.allowed, u.denied, u.soft = u.allowed+v.allowed, u.denied+v.denied, u.soft+v.soft
-		c.usage[k] = u
 	}
 	for k, v := range from.violations {
-		w, ok := c.violations[k]
-		if !ok && c.rows() >= r.o.MaxRows {
-			lost += v.denied + v.soft
-			continue
+		w := c.violations[k]
+		if w == nil {
+			if c.rows() >= r.o.MaxRows {
+				lost += v.denied + v.soft
+				continue
+			}
+			w = &violationVal{}
+			c.violations[k] = w
 		}
 		w.denied, w.soft, w.limit = w.denied+v.denied, w.soft+v.soft, v.limit
-		c.violations[k] = w
 	}
 	c.total -= lost
 	return lost

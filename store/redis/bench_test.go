@@ -186,10 +186,17 @@ redis.register_function('sluice_floor_get_set', function(keys, args)
 end)
 `
 
-// BenchmarkRedisFloor measures what Redis spends per request of one fixed-window limit on a
-// key no request used in the window before (a user's first request of the second, which is
-// every request in the shared bench's load of 100K users), in calls of 25 requests made one
-// after the other, as Redis's CPU per request (INFO cpu, network work included):
+// BenchmarkRedisFloor measures what Redis spends per request of one fixed-window limit, in
+// calls of 25 requests made one after the other, as Redis's CPU per request (INFO cpu, network
+// work included), on keys of two kinds:
+//
+//   - new: no request used the key in the window before (a user's first request of the
+//     second);
+//   - used: a key of 1,250 that the window's earlier requests hold. The shared bench's load
+//     is mostly this: its 50 workers walk one table of requests a step apart, so each user
+//     is asked ~50 times within a quarter of a second, in one window.
+//
+// and in four ways:
 //
 //   - empty: a function that takes 25 keys and answers 25 numbers: the call, its arguments
 //     and its reply, nothing else;
@@ -215,47 +222,59 @@ func BenchmarkRedisFloor(b *testing.B) {
 	}
 	params, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Second)
 	op := st.opString(&store.Op{Params: &params, Cost: 1})
-	const perCall = 25
 	user := 0
-	for _, variant := range []string{"empty", "get-set", "native", "sluice"} {
-		b.Run(variant, func(b *testing.B) {
-			keys := make([]string, perCall)
-			args := make([]string, 0, 2*perCall)
-			cpu0 := redisCPU(b, srv)
-			done := 0
-			for ; done < b.N; done += perCall {
-				for i := range keys {
-					user++ // a new user each time: its key holds no state
-					keys[i] = redisKey(key.AppendTag(key.AppendHead(nil, "user", "1"), 'u', strconv.Itoa(user)))
-				}
-				windowEnd := time.Now().Truncate(time.Second).Add(time.Second)
-				var cmds rueidis.Commands
-				switch variant {
-				case "empty":
-					cmds = append(cmds, c.B().Fcall().Function("sluice_floor_empty").Numkeys(perCall).Key(keys...).Build())
-				case "get-set":
-					cmds = append(cmds, c.B().Fcall().Function("sluice_floor_get_set").Numkeys(perCall).Key(keys...).
-						Arg(strconv.FormatInt(windowEnd.UnixMilli(), 10)).Build())
-				case "native":
-					for _, k := range keys {
-						cmds = append(cmds, c.B().Get().Key(k).Build(), c.B().Set().Key(k).Value("1:1:0").Pxat(windowEnd).Build())
-					}
-				case "sluice":
-					args = args[:0]
-					for range keys {
-						args = append(args, "1", op)
-					}
-					cmds = append(cmds, c.B().Fcall().Function(multiFunction).Numkeys(perCall).Key(keys...).Arg(args...).Build())
-				}
-				for _, r := range c.DoMulti(ctx, cmds...) {
-					if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.ReportMetric((redisCPU(b, srv)-cpu0)*1e6/float64(done), "redis-µs/req")
-		})
+	for _, kind := range []string{"new", "used"} {
+		for _, variant := range []string{"empty", "get-set", "native", "sluice"} {
+			b.Run(kind+"/"+variant, func(b *testing.B) {
+				floorCalls(b, srv, c, kind == "new", variant, &user, op)
+			})
+		}
 	}
+}
+
+// floorCalls is one row of BenchmarkRedisFloor: user numbers the new keys, op is the
+// library's op string.
+func floorCalls(b *testing.B, srv *redistest.Server, c rueidis.Client, fresh bool, variant string, user *int, op string) {
+	const perCall, used = 25, 1250 // new keys are numbered from used on
+	keys := make([]string, perCall)
+	args := make([]string, 0, 2*perCall)
+	cpu0 := redisCPU(b, srv)
+	done := 0
+	for ; done < b.N; done += perCall {
+		for i := range keys {
+			u := (done + i) % used
+			if fresh {
+				*user++ // its key holds no state
+				u = used + *user
+			}
+			keys[i] = redisKey(key.AppendTag(key.AppendHead(nil, "user", "1"), 'u', strconv.Itoa(u)))
+		}
+		windowEnd := time.Now().Truncate(time.Second).Add(time.Second)
+		var cmds rueidis.Commands
+		switch variant {
+		case "empty":
+			cmds = append(cmds, c.B().Fcall().Function("sluice_floor_empty").Numkeys(perCall).Key(keys...).Build())
+		case "get-set":
+			cmds = append(cmds, c.B().Fcall().Function("sluice_floor_get_set").Numkeys(perCall).Key(keys...).
+				Arg(strconv.FormatInt(windowEnd.UnixMilli(), 10)).Build())
+		case "native":
+			for _, k := range keys {
+				cmds = append(cmds, c.B().Get().Key(k).Build(), c.B().Set().Key(k).Value("1:1:0").Pxat(windowEnd).Build())
+			}
+		case "sluice":
+			args = args[:0]
+			for range keys {
+				args = append(args, "1", op)
+			}
+			cmds = append(cmds, c.B().Fcall().Function(multiFunction).Numkeys(perCall).Key(keys...).Arg(args...).Build())
+		}
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric((redisCPU(b, srv)-cpu0)*1e6/float64(done), "redis-µs/req")
 }
 
 // BenchmarkOpString measures finding the wire string of an op, four limits a request, from

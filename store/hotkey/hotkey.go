@@ -75,6 +75,15 @@ type hotKey struct {
 
 // New wraps inner. Close stops the background sync and writes back what is pending.
 func New(inner store.Store, o Options) *Store {
+	s := newStore(inner, o)
+	s.done.Add(1)
+	go s.loop()
+	return s
+}
+
+// newStore is New without the background loop: tests that call detect and sync themselves
+// use it, so that a loop's tick on a slow machine does not come between their steps.
+func newStore(inner store.Store, o Options) *Store {
 	if o.Threshold <= 0 {
 		o.Threshold = 500
 	}
@@ -90,10 +99,7 @@ func New(inner store.Store, o Options) *Store {
 	if o.Detect <= 0 {
 		o.Detect = time.Second
 	}
-	s := &Store{inner: inner, o: o, sketch: sketch.New(sketchCounters), hot: map[string]*hotKey{}, stop: make(chan struct{})}
-	s.done.Add(1)
-	go s.loop()
-	return s
+	return &Store{inner: inner, o: o, sketch: sketch.New(sketchCounters), hot: map[string]*hotKey{}, stop: make(chan struct{})}
 }
 
 // sketchCounters is the detection sketch's size. Space-Saving keeps every key seen more than

@@ -521,7 +521,7 @@ func TestCooledKeyRetires(t *testing.T) {
 	for _, again := range []int{0, 100} {
 		// 25/s over 2 s, sampled 1 in 8: 3 samples, 24 requests, keep a key hot.
 		shared := memory.New()
-		h := New(shared, Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+		h := newStore(shared, Options{Threshold: 25, Detect: 2 * time.Second})
 		defer h.Close()
 		h.Promote([]byte("global"), wide)
 		b := &store.Batch{Ops: []store.Op{{Key: []byte("global"), Params: &wide, Cost: 1}}}
@@ -755,7 +755,7 @@ func TestDetectAmongManyColdKeys(t *testing.T) {
 		{8_000, 79}, // 101 on the tenant; not multiples of the sampling period
 		{32_000, 317},
 	} {
-		h := New(memory.New(), Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+		h := newStore(memory.New(), Options{Threshold: 25, Detect: 2 * time.Second})
 		res := make([]algorithm.Result, 2)
 		tenant := 0
 		for i := range tc.requests {
@@ -787,7 +787,7 @@ func TestDetectAmongManyColdKeys(t *testing.T) {
 func TestDetectHysteresis(t *testing.T) {
 	t.Parallel()
 	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
-	h := New(memory.New(), Options{Threshold: 25, SyncEvery: time.Hour, Detect: 2 * time.Second})
+	h := newStore(memory.New(), Options{Threshold: 25, Detect: 2 * time.Second})
 	defer h.Close()
 	res := make([]algorithm.Result, 1)
 	ask := func(key string, n int) {

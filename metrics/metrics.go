@@ -188,7 +188,7 @@ func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 		return
 	}
 	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_hot_keys", Help: "Keys this node decides locally (hot-key mode)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_hot_keys", Help: "Keys this node decides locally (hot-key mode), less those retiring."},
 			func() float64 { return float64(stats().Hot) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_local_decisions_total", Help: "Requests decided in the process on hot keys."},
 			func() float64 { return float64(stats().Local) }),

@@ -405,7 +405,7 @@ func (s *Store) Close() error {
 
 // Stats are hot-key mode's figures.
 type Stats struct {
-	Hot   int   // keys now hot
+	Hot   int   // keys now hot, less those retiring (whose requests already go to the store)
 	Local int64 // requests decided in the process
 	Mixed int64 // requests whose hot limits were decided in the process, the others by the store
 	Syncs int64 // store calls made to write hot keys' hits back
@@ -415,7 +415,15 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return Stats{Hot: len(s.hot), Local: s.local.Load(), Mixed: s.mixed.Load(), Syncs: s.synced.Load()}
+	hot := 0
+	for _, h := range s.hot {
+		h.mu.Lock()
+		if !h.retiring {
+			hot++
+		}
+		h.mu.Unlock()
+	}
+	return Stats{Hot: hot, Local: s.local.Load(), Mixed: s.mixed.Load(), Syncs: s.synced.Load()}
 }
 
 func (s *Store) loop() {
@@ -439,8 +447,9 @@ func (s *Store) loop() {
 // detect promotes the keys the sketch saw above the threshold and retires hot keys asked for
 // less than half of it during the interval: nobody's, and those that cooled or were promoted by
 // a burst. Half, not the threshold itself, so that a key near it is not moved back and forth by
-// sampling noise. A retiring key's requests go to the store, and it goes once a sync has
-// written its hits; asked for again above half, it is decided locally again.
+// sampling noise (below 2 samples of promotion per interval, Threshold × Detect < 16, half
+// rounds to the same 1). A retiring key's requests go to the store, and it goes once a sync
+// has written its hits; asked for again above half, it is decided locally again.
 func (s *Store) detect() {
 	promoteAt := max(1, int64(float64(s.o.Threshold)*s.o.Detect.Seconds()/sampleEvery))
 	counted := s.sketch.Drain(max(1, promoteAt/2))
@@ -584,7 +593,8 @@ func (s *Store) writeBack(ctx context.Context, h *hotKey, p *algorithm.Params, p
 }
 
 // Promote makes k hot with params at once, for tests and for keys an operator knows are hot.
-// A key already hot keeps its pending hits.
+// A key already hot keeps its pending hits. Detection retires a promoted key as any other once
+// it is asked for below half the threshold in an interval.
 func (s *Store) Promote(k []byte, params algorithm.Params) {
 	s.mu.Lock()
 	h := s.hot[string(k)]

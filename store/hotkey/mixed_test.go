@@ -538,6 +538,9 @@ func TestCooledKeyRetires(t *testing.T) {
 			t.Fatal("a request on a ready hot key went to the store")
 		}
 		h.detect() // 1 request in the interval: retiring, with 1 hit pending
+		if st := h.Stats(); st.Hot != 0 {
+			t.Errorf("again %d: a retiring key counted among %d hot", again, st.Hot)
+		}
 		if apply() {
 			t.Fatalf("again %d: a retiring key's request was decided locally", again)
 		}

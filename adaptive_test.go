@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
@@ -29,20 +28,20 @@ func TestAdaptiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	trust := func(v float64) *float64 { return &v }
-	st := &control.State{Version: 1, Identities: []control.Identity{
-		{Kind: control.IdentityUser, Value: "zero", Trust: trust(0)},
-		{Kind: control.IdentityUser, Value: "half", Trust: trust(0.5)},
-		{Kind: control.IdentityUser, Value: "full", Trust: trust(1)},
-		{Kind: control.IdentityUser, Value: "full-2-violations", Trust: trust(1)},
-		{Kind: control.IdentityUser, Value: "full-9-violations", Trust: trust(1)},
-		{Kind: control.IdentityUser, Value: "low-4-violations", Trust: trust(0.15)},
-		{Kind: control.IdentityUser, Value: "full-pro", Trust: trust(1)},
-		{Kind: control.IdentityUser, Value: "zero-key", Trust: trust(0)},
-		{Kind: control.IdentityAPIKey, Value: "k-full", Trust: trust(1)},
-		{Kind: control.IdentityTenant, Value: "trusted-co", Trust: trust(0.5)},
+	st := &policy.State{Version: 1, Identities: []policy.Identity{
+		{Kind: policy.IdentityUser, Value: "zero", Trust: trust(0)},
+		{Kind: policy.IdentityUser, Value: "half", Trust: trust(0.5)},
+		{Kind: policy.IdentityUser, Value: "full", Trust: trust(1)},
+		{Kind: policy.IdentityUser, Value: "full-2-violations", Trust: trust(1)},
+		{Kind: policy.IdentityUser, Value: "full-9-violations", Trust: trust(1)},
+		{Kind: policy.IdentityUser, Value: "low-4-violations", Trust: trust(0.15)},
+		{Kind: policy.IdentityUser, Value: "full-pro", Trust: trust(1)},
+		{Kind: policy.IdentityUser, Value: "zero-key", Trust: trust(0)},
+		{Kind: policy.IdentityAPIKey, Value: "k-full", Trust: trust(1)},
+		{Kind: policy.IdentityTenant, Value: "trusted-co", Trust: trust(0.5)},
 	}}
 	violations := map[string]int{"full-2-violations": 2, "full-9-violations": 9, "low-4-violations": 4}
-	snap, skipped := policy.CompileWith(files, st, testutil.Start, policy.WithViolationMinutes(func(kind control.IdentityKind, v string) int {
+	snap, skipped := policy.CompileWith(files, st, testutil.Start, policy.WithViolationMinutes(func(kind policy.IdentityKind, v string) int {
 		return violations[v]
 	}))
 	if len(skipped) > 0 {

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -21,9 +20,9 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, skipped := policy.CompileWith(files, &control.State{Version: 1, Identities: []control.Identity{
-		{Kind: control.IdentityAPIKey, Value: "k-acme", Tenant: "acme", User: "bob"},
-		{Kind: control.IdentityUser, Value: "bob", Tier: "free"},
+	snap, skipped := policy.CompileWith(files, &policy.State{Version: 1, Identities: []policy.Identity{
+		{Kind: policy.IdentityAPIKey, Value: "k-acme", Tenant: "acme", User: "bob"},
+		{Kind: policy.IdentityUser, Value: "bob", Tier: "free"},
 	}}, testutil.Start)
 	if len(skipped) > 0 {
 		t.Fatal(skipped)

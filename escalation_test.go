@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -274,8 +273,8 @@ func TestEscalationChecksAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testutil.NewClock()
-	st := &control.State{Version: 1, Overrides: []control.Override{{ID: 1, User: "bob", Rule: "search", Type: control.OverrideWarn,
-		ExpiresAt: c.Now().Add(time.Hour), Reason: "burst", Source: control.SourceAutomatic}}}
+	st := &policy.State{Version: 1, Overrides: []policy.StateOverride{{ID: 1, Override: policy.Override{User: "bob", Rule: "search", Type: policy.OverrideWarn,
+		ExpiresAt: c.Now().Add(time.Hour), Reason: "burst", Source: policy.SourceAutomatic}}}}
 	snap, skipped := policy.CompileWith(files, st, c.Now())
 	if len(skipped) > 0 {
 		t.Fatal(skipped)
@@ -315,8 +314,8 @@ rules:
 		t.Fatal(err)
 	}
 	c := testutil.NewClock()
-	st := &control.State{Version: 1, Overrides: []control.Override{{ID: 1, User: "bob", Rule: "search", Type: control.OverrideWarn,
-		ExpiresAt: c.Now().Add(time.Hour), Reason: "burst: more than 50 requests within 10s", Source: control.SourceAutomatic}}}
+	st := &policy.State{Version: 1, Overrides: []policy.StateOverride{{ID: 1, Override: policy.Override{User: "bob", Rule: "search", Type: policy.OverrideWarn,
+		ExpiresAt: c.Now().Add(time.Hour), Reason: "burst: more than 50 requests within 10s", Source: policy.SourceAutomatic}}}}
 	snap, _ := policy.CompileWith(files, st, c.Now())
 	l, err := sluice.New(memory.New(memory.WithClock(c.Micros), memory.WithSweepInterval(0)), snap, sluice.WithClock(c.Now))
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -235,18 +234,17 @@ func BenchmarkMutexMap(b *testing.B) {
 
 // controlState is a control store of n overrides (a multiplier per tenant) and n identity
 // assignments (n/2 API keys given a tenant and a tier, n/2 users given a tier).
-func controlState(n int) *control.State {
-	st := &control.State{Version: 1}
+func controlState(n int) *policy.State {
+	st := &policy.State{Version: 1}
 	expires := time.Now().Add(24 * time.Hour)
 	for i := range n {
-		st.Overrides = append(st.Overrides, control.Override{
-			ID: int64(i + 1), Tenant: fmt.Sprint("tenant-", i), Type: control.OverrideMultiplier, Value: 2,
-			ExpiresAt: expires, Source: control.SourceAPI, Reason: "bench",
-		})
+		st.Overrides = append(st.Overrides, policy.StateOverride{ID: int64(i + 1), Override: policy.Override{Tenant: fmt.Sprint("tenant-", i), Type: policy.OverrideMultiplier, Value: 2,
+			ExpiresAt: expires, Source: policy.SourceAPI, Reason: "bench",
+		}})
 		if i%2 == 0 {
-			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityAPIKey, Value: fmt.Sprint("key-", i), Tenant: fmt.Sprint("tenant-", i), Tier: "gold"})
+			st.Identities = append(st.Identities, policy.Identity{Kind: policy.IdentityAPIKey, Value: fmt.Sprint("key-", i), Tenant: fmt.Sprint("tenant-", i), Tier: "gold"})
 		} else {
-			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityUser, Value: fmt.Sprint("user-", i), Tier: "gold"})
+			st.Identities = append(st.Identities, policy.Identity{Kind: policy.IdentityUser, Value: fmt.Sprint("user-", i), Tier: "gold"})
 		}
 	}
 	return st
@@ -267,10 +265,10 @@ func BenchmarkCheckControl(b *testing.B) {
 		}
 		for _, s := range []struct {
 			name string
-			st   *control.State
+			st   *policy.State
 			req  sluice.Request
 		}{
-			{"empty", &control.State{}, sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
+			{"empty", &policy.State{}, sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 			{"10+10/unmatched", controlState(10), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 			{"10k+10k/unmatched", controlState(10000), sluice.Request{Tenant: "acme", User: "u1", Endpoint: "/api/items", Method: "GET"}},
 			{"10k+10k/assigned", controlState(10000), sluice.Request{APIKey: "key-42", User: "u1", Endpoint: "/api/items", Method: "GET"}},
@@ -304,10 +302,10 @@ func BenchmarkCheckControl(b *testing.B) {
 // one under a warning override. The threshold is never reached.
 func BenchmarkCheckEscalation(b *testing.B) {
 	trust := 0.5
-	st := &control.State{Version: 1,
-		Identities: []control.Identity{{Kind: control.IdentityUser, Value: "trusted", Trust: &trust}},
-		Overrides: []control.Override{{ID: 1, User: "warned", Rule: "per-user", Type: control.OverrideWarn,
-			ExpiresAt: time.Now().Add(time.Hour), Source: control.SourceAutomatic, Reason: "burst"}},
+	st := &policy.State{Version: 1,
+		Identities: []policy.Identity{{Kind: policy.IdentityUser, Value: "trusted", Trust: &trust}},
+		Overrides: []policy.StateOverride{{ID: 1, Override: policy.Override{User: "warned", Rule: "per-user", Type: policy.OverrideWarn,
+			ExpiresAt: time.Now().Add(time.Hour), Source: policy.SourceAutomatic, Reason: "burst"}}},
 	}
 	for _, c := range []struct {
 		name, rule, user string

@@ -3,8 +3,6 @@ package policy
 import (
 	"math"
 	"time"
-
-	"github.com/sluicehq/sluice/control"
 )
 
 // Adaptive limits (DESIGN.md, Abuse detection and escalation): a rule with adaptive: trust
@@ -40,7 +38,7 @@ func EffectiveTrust(trust float64, violationMinutes int) float64 {
 }
 
 func effectiveTrust(trust float64, violationMinutes int) int64 {
-	if !(trust > 0) { // NaN included: Identity.Validate refuses it, but stay safe
+	if !(trust > 0) { // NaN included: Identity.validate refuses it, but stay safe
 		return 0
 	}
 	t := int64(math.Round(min(trust, 1) * trustUnit))
@@ -57,7 +55,7 @@ type trustLevels struct {
 }
 
 // add gives the identity its level for score t (in trustUnit, above 0).
-func (tl *trustLevels) add(kind control.IdentityKind, value string, t int64) {
+func (tl *trustLevels) add(kind IdentityKind, value string, t int64) {
 	if tl.index == nil {
 		tl.index = map[int64]int32{}
 	}
@@ -69,9 +67,9 @@ func (tl *trustLevels) add(kind control.IdentityKind, value string, t int64) {
 	}
 	m := &tl.tenants
 	switch kind {
-	case control.IdentityAPIKey:
+	case IdentityAPIKey:
 		m = &tl.apiKeys
-	case control.IdentityUser:
+	case IdentityUser:
 		m = &tl.users
 	}
 	if *m == nil {
@@ -175,10 +173,10 @@ func (c *CompiledRule) adaptedSpec(level int32, tier string) *Spec {
 
 // trustScores gives every identity of st with a trust score its level: the compile step of
 // adaptive limits, given the violation minutes of each identity (nil for none).
-func (b *builder) trustScores(ids []control.Identity, violations func(control.IdentityKind, string) int) {
+func (b *builder) trustScores(ids []Identity, violations func(IdentityKind, string) int) {
 	for i := range ids {
 		id := &ids[i]
-		if id.Trust == nil || id.Validate() != nil {
+		if id.Trust == nil || id.validate() != nil {
 			continue
 		}
 		minutes := 0
@@ -195,13 +193,13 @@ func (b *builder) trustScores(ids []control.Identity, violations func(control.Id
 type CompileOption func(*compileOptions)
 
 type compileOptions struct {
-	violationMinutes func(control.IdentityKind, string) int
+	violationMinutes func(IdentityKind, string) int
 }
 
 // WithViolationMinutes gives CompileWith, for an identity with a trust score, the number of
 // minutes with violations it had in the last 30 days (counting past MaxViolationMinutes
 // changes nothing). Adaptive limits lower its score by 0.05 per minute, at most 0.2.
-func WithViolationMinutes(f func(kind control.IdentityKind, value string) int) CompileOption {
+func WithViolationMinutes(f func(kind IdentityKind, value string) int) CompileOption {
 	return func(o *compileOptions) { o.violationMinutes = f }
 }
 

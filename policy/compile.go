@@ -758,19 +758,19 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 		}
 	}
 	switch o.Type {
-	case "ban":
+	case OverrideBan:
 		c.kind = overrideBan
 		unused("value", o.Value != 0, o.Type)
 		unused("limit", o.Limit != 0, o.Type)
 		unused("burst", o.Burst != 0, o.Type)
-	case "multiplier":
+	case OverrideMultiplier:
 		c.kind = overrideMultiplier
 		if !(o.Value > 0) || o.Value > maxMultiplier {
 			bad("value", "a multiplier must be above 0 and at most %d, got %v", maxMultiplier, o.Value)
 		}
 		unused("limit", o.Limit != 0, o.Type)
 		unused("burst", o.Burst != 0, o.Type)
-	case "custom":
+	case OverrideCustom:
 		c.kind = overrideCustom
 		switch {
 		case o.Limit != 0 && o.Value != 0:
@@ -792,7 +792,7 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 				errs = append(errs, err)
 			}
 		}
-	case "warn":
+	case OverrideWarn:
 		c.kind = overrideWarn
 		unused("value", o.Value != 0, o.Type)
 		unused("limit", o.Limit != 0, o.Type)

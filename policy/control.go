@@ -11,8 +11,6 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-
-	"github.com/sluicehq/sluice/control"
 )
 
 // Version is the version of a policy compiled from files of version filesVersion and the
@@ -43,8 +41,8 @@ func (e *SkippedError) Error() string {
 // Unwrap returns the reason.
 func (e *SkippedError) Unwrap() error { return e.Err }
 
-// CompileWith compiles the policy files f together with the control store's state st (nil
-// for none: the files alone) into one Snapshot, as of now, whose Version is
+// CompileWith compiles the policy files f together with the run-time state st (nil for
+// none: the files alone) into one Snapshot, as of now, whose Version is
 // Version(f.Version, st.Version).
 //
 // File rules come first, in file order, then the API rules by name; an API rule whose name a
@@ -58,7 +56,7 @@ func (e *SkippedError) Unwrap() error { return e.Err }
 //
 // Rules with adaptive: trust get their limits scaled for every identity of st with a trust
 // score, lowered by the violation minutes that WithViolationMinutes reports.
-func CompileWith(f *Files, st *control.State, now time.Time, opts ...CompileOption) (*Snapshot, []error) {
+func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Snapshot, []error) {
 	var o compileOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -74,7 +72,7 @@ func CompileWith(f *Files, st *control.State, now time.Time, opts ...CompileOpti
 		}
 	}
 	if st == nil {
-		st = &control.State{}
+		st = &State{}
 	}
 	for _, r := range st.Rules {
 		if b.names[r.Name] {
@@ -96,7 +94,7 @@ func CompileWith(f *Files, st *control.State, now time.Time, opts ...CompileOpti
 	}
 	for i := range st.Overrides {
 		o := &st.Overrides[i]
-		po := FromControlOverride(o)
+		po := o.Override
 		if errs := b.override(&po, controlSources); len(errs) > 0 {
 			skip("override", strconv.FormatInt(o.ID, 10), errors.Join(errs...))
 		}
@@ -111,7 +109,7 @@ func CompileWith(f *Files, st *control.State, now time.Time, opts ...CompileOpti
 				b.s.nextExpiry = *e.ExpiresAt
 			}
 		}
-		if err := b.s.exemptions.add(&Exemption{APIKey: e.APIKey, User: e.User, Tenant: e.Tenant, IP: e.IP}); err != nil {
+		if err := b.s.exemptions.add(&e.Exemption); err != nil {
 			skip("exemption", strconv.FormatInt(e.ID, 10), err)
 		}
 	}
@@ -141,28 +139,19 @@ func (s *Snapshot) ControlVersion() int64 { return s.controlVersion }
 // the snapshot must be compiled again then, which leaves it out.
 func (s *Snapshot) NextExpiry() time.Time { return s.nextExpiry }
 
-// FromControlOverride returns the policy form of an override of the control store.
-func FromControlOverride(o *control.Override) Override {
-	return Override{
-		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, Endpoint: o.Endpoint, Rule: o.Rule,
-		Type: string(o.Type), Value: o.Value, Limit: o.Limit, Burst: o.Burst,
-		ExpiresAt: o.ExpiresAt, Reason: o.Reason, Source: string(o.Source),
-	}
-}
-
-// CheckOverride reports whether an override of the control store compiles in s: the checks
+// CheckOverride reports whether an override made at run time compiles in s: the checks
 // CompileWith makes, for the admin API to refuse what would be left out. Its Source must be
-// api or automatic.
-func (s *Snapshot) CheckOverride(o *control.Override) error {
-	po := FromControlOverride(o)
+// SourceAPI or SourceAutomatic.
+func (s *Snapshot) CheckOverride(o *Override) error {
+	po := *o
 	_, errs := s.compileOverride(&po, controlSources)
 	return errors.Join(errs...)
 }
 
-// CheckExemption reports whether an exemption of the control store compiles.
-func CheckExemption(e *control.Exemption) error {
+// CheckExemption reports whether an exemption made at run time compiles.
+func CheckExemption(e *Exemption) error {
 	var x exemptions
-	return x.add(&Exemption{APIKey: e.APIKey, User: e.User, Tenant: e.Tenant, IP: e.IP})
+	return x.add(e)
 }
 
 // ruleDecodeOptions read a rule's JSON as strictly as ParseConfig reads YAML: an unknown
@@ -274,12 +263,12 @@ type identities struct {
 type keyAssignment struct{ tier, tenant, user string }
 
 type trustKey struct {
-	kind  control.IdentityKind
+	kind  IdentityKind
 	value string
 }
 
-func (ids *identities) add(id *control.Identity) error {
-	if err := id.Validate(); err != nil {
+func (ids *identities) add(id *Identity) error {
+	if err := id.validate(); err != nil {
 		return err
 	}
 	if id.Trust != nil {
@@ -289,17 +278,17 @@ func (ids *identities) add(id *control.Identity) error {
 		ids.trust[trustKey{id.Kind, id.Value}] = *id.Trust
 	}
 	switch {
-	case id.Kind == control.IdentityAPIKey && (id.Tier != "" || id.Tenant != "" || id.User != ""):
+	case id.Kind == IdentityAPIKey && (id.Tier != "" || id.Tenant != "" || id.User != ""):
 		if ids.apiKeys == nil {
 			ids.apiKeys = map[string]keyAssignment{}
 		}
 		ids.apiKeys[id.Value] = keyAssignment{tier: id.Tier, tenant: id.Tenant, user: id.User}
-	case id.Kind == control.IdentityUser && id.Tier != "":
+	case id.Kind == IdentityUser && id.Tier != "":
 		if ids.userTiers == nil {
 			ids.userTiers = map[string]string{}
 		}
 		ids.userTiers[id.Value] = id.Tier
-	case id.Kind == control.IdentityTenant && id.Tier != "":
+	case id.Kind == IdentityTenant && id.Tier != "":
 		if ids.tenantTiers == nil {
 			ids.tenantTiers = map[string]string{}
 		}
@@ -358,7 +347,7 @@ func (ids *identities) assign(r, scratch *Request) *Request {
 
 // Trust returns the trust score assigned to an API key, a user or a tenant, if any (adaptive
 // limits, DESIGN.md: Abuse detection and escalation).
-func (s *Snapshot) Trust(kind control.IdentityKind, value string) (float64, bool) {
+func (s *Snapshot) Trust(kind IdentityKind, value string) (float64, bool) {
 	t, ok := s.ids.trust[trustKey{kind, value}]
 	return t, ok
 }

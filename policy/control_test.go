@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/control"
 )
 
 const controlFiles = `
@@ -31,7 +29,7 @@ func mustFiles(t testing.TB, yml string) *Files {
 	return f
 }
 
-func mustCompileWith(t testing.TB, f *Files, st *control.State, at time.Time) *Snapshot {
+func mustCompileWith(t testing.TB, f *Files, st *State, at time.Time) *Snapshot {
 	t.Helper()
 	s, skipped := CompileWith(f, st, at)
 	if len(skipped) > 0 {
@@ -60,18 +58,18 @@ func TestCompileWithEveryKind(t *testing.T) {
 	t.Parallel()
 	f := mustFiles(t, controlFiles)
 	expires := now.Add(time.Hour)
-	st := &control.State{
+	st := &State{
 		Version: 7,
-		Rules: []control.Rule{{Name: "api-per-key", Body: json.RawMessage(
+		Rules: []APIRule{{Name: "api-per-key", Body: json.RawMessage(
 			`{"key": ["api_key"], "algorithm": "gcra", "limit": 5, "period": "1m", "tiers": {"gold": {"limit": 50}}}`)}},
-		Overrides: []control.Override{
-			{ID: 1, Tenant: "acme", Rule: "per-user", Type: control.OverrideCustom, Limit: 3, ExpiresAt: expires, Source: control.SourceAPI, Reason: "r"},
-			{ID: 2, User: "mallory", Type: control.OverrideBan, ExpiresAt: expires, Source: control.SourceAutomatic},
+		Overrides: []StateOverride{
+			{ID: 1, Override: Override{Tenant: "acme", Rule: "per-user", Type: OverrideCustom, Limit: 3, ExpiresAt: expires, Source: SourceAPI, Reason: "r"}},
+			{ID: 2, Override: Override{User: "mallory", Type: OverrideBan, ExpiresAt: expires, Source: SourceAutomatic}},
 		},
-		Exemptions: []control.Exemption{{ID: 1, APIKey: "partner-key"}, {ID: 2, IP: "192.0.2.0/24"}},
-		Identities: []control.Identity{
-			{Kind: control.IdentityAPIKey, Value: "k-gold", Tier: "gold"},
-			{Kind: control.IdentityUser, Value: "ann", Trust: ptr(0.5)},
+		Exemptions: []StateExemption{{ID: 1, Exemption: Exemption{APIKey: "partner-key"}}, {ID: 2, Exemption: Exemption{IP: "192.0.2.0/24"}}},
+		Identities: []Identity{
+			{Kind: IdentityAPIKey, Value: "k-gold", Tier: "gold"},
+			{Kind: IdentityUser, Value: "ann", Trust: ptr(0.5)},
 		},
 	}
 	s := mustCompileWith(t, f, st, now)
@@ -117,10 +115,10 @@ func TestCompileWithEveryKind(t *testing.T) {
 			t.Errorf("Exempt(%+v) = %v", c.req, got)
 		}
 	}
-	if tr, ok := s.Trust(control.IdentityUser, "ann"); !ok || tr != 0.5 {
+	if tr, ok := s.Trust(IdentityUser, "ann"); !ok || tr != 0.5 {
 		t.Errorf("Trust(user ann) = %v, %v", tr, ok)
 	}
-	if _, ok := s.Trust(control.IdentityUser, "bob"); ok {
+	if _, ok := s.Trust(IdentityUser, "bob"); ok {
 		t.Error("Trust(user bob) is set")
 	}
 	// Files alone: control version 0, and nothing of the state.
@@ -134,17 +132,17 @@ func TestCompileWithEveryKind(t *testing.T) {
 // then the user, then the tenant (the assigned ones), then the request.
 func TestAssign(t *testing.T) {
 	t.Parallel()
-	ids := []control.Identity{
-		{Kind: control.IdentityAPIKey, Value: "k-gold", Tier: "gold"},
-		{Kind: control.IdentityAPIKey, Value: "k-acme", Tenant: "acme", User: "bob"},
-		{Kind: control.IdentityAPIKey, Value: "k-acme-free", Tenant: "acme", Tier: "free"},
-		{Kind: control.IdentityAPIKey, Value: "k-trust", Trust: ptr(0.9)},
-		{Kind: control.IdentityUser, Value: "bob", Tier: "silver"},
-		{Kind: control.IdentityUser, Value: "eve", Tier: "free"},
-		{Kind: control.IdentityTenant, Value: "acme", Tier: "bronze"},
-		{Kind: control.IdentityTenant, Value: "beta", Tier: "free"},
+	ids := []Identity{
+		{Kind: IdentityAPIKey, Value: "k-gold", Tier: "gold"},
+		{Kind: IdentityAPIKey, Value: "k-acme", Tenant: "acme", User: "bob"},
+		{Kind: IdentityAPIKey, Value: "k-acme-free", Tenant: "acme", Tier: "free"},
+		{Kind: IdentityAPIKey, Value: "k-trust", Trust: ptr(0.9)},
+		{Kind: IdentityUser, Value: "bob", Tier: "silver"},
+		{Kind: IdentityUser, Value: "eve", Tier: "free"},
+		{Kind: IdentityTenant, Value: "acme", Tier: "bronze"},
+		{Kind: IdentityTenant, Value: "beta", Tier: "free"},
 	}
-	s := mustCompileWith(t, mustFiles(t, controlFiles), &control.State{Version: 1, Identities: ids}, now)
+	s := mustCompileWith(t, mustFiles(t, controlFiles), &State{Version: 1, Identities: ids}, now)
 	for _, c := range []struct {
 		name string
 		req  Request
@@ -194,15 +192,15 @@ func TestAssign(t *testing.T) {
 // overrides and exemptions apply.
 func TestAPIKeyTenantBringsTenantPolicy(t *testing.T) {
 	t.Parallel()
-	st := &control.State{
+	st := &State{
 		Version: 3,
-		Overrides: []control.Override{
-			{ID: 1, Tenant: "acme", Type: control.OverrideBan, ExpiresAt: now.Add(time.Hour), Source: control.SourceAPI},
+		Overrides: []StateOverride{
+			{ID: 1, Override: Override{Tenant: "acme", Type: OverrideBan, ExpiresAt: now.Add(time.Hour), Source: SourceAPI}},
 		},
-		Exemptions: []control.Exemption{{ID: 1, Tenant: "partner"}},
-		Identities: []control.Identity{
-			{Kind: control.IdentityAPIKey, Value: "k-acme", Tenant: "acme"},
-			{Kind: control.IdentityAPIKey, Value: "k-partner", Tenant: "partner"},
+		Exemptions: []StateExemption{{ID: 1, Exemption: Exemption{Tenant: "partner"}}},
+		Identities: []Identity{
+			{Kind: IdentityAPIKey, Value: "k-acme", Tenant: "acme"},
+			{Kind: IdentityAPIKey, Value: "k-partner", Tenant: "partner"},
 		},
 	}
 	s := mustCompileWith(t, mustFiles(t, controlFiles), st, now)
@@ -227,18 +225,18 @@ func TestAPIKeyTenantBringsTenantPolicy(t *testing.T) {
 func TestCompileWithLeavesOutBadEntries(t *testing.T) {
 	t.Parallel()
 	f := mustFiles(t, controlFiles)
-	st := &control.State{
+	st := &State{
 		Version: 9,
-		Rules: []control.Rule{
+		Rules: []APIRule{
 			{Name: "good", Body: json.RawMessage(`{"key": [], "limit": 7, "period": "1s"}`)},
 			{Name: "per-user", Body: json.RawMessage(`{"key": [], "limit": 1, "period": "1s"}`)},
 			{Name: "typo", Body: json.RawMessage(`{"key": [], "limitt": 1, "period": "1s"}`)},
 		},
-		Overrides: []control.Override{
-			{ID: 4, Tenant: "t", Rule: "gone", Type: control.OverrideBan, ExpiresAt: now.Add(time.Hour), Source: control.SourceAPI},
-			{ID: 5, Tenant: "t", Rule: "good", Type: control.OverrideCustom, Limit: 1, ExpiresAt: now.Add(time.Hour), Source: control.SourceAPI},
+		Overrides: []StateOverride{
+			{ID: 4, Override: Override{Tenant: "t", Rule: "gone", Type: OverrideBan, ExpiresAt: now.Add(time.Hour), Source: SourceAPI}},
+			{ID: 5, Override: Override{Tenant: "t", Rule: "good", Type: OverrideCustom, Limit: 1, ExpiresAt: now.Add(time.Hour), Source: SourceAPI}},
 		},
-		Identities: []control.Identity{{Kind: control.IdentityUser, Value: "u", Tenant: "x"}},
+		Identities: []Identity{{Kind: IdentityUser, Value: "u", Tenant: "x"}},
 	}
 	s, skipped := CompileWith(f, st, now)
 	var got []string
@@ -272,10 +270,10 @@ func TestExemptionExpiresOnTime(t *testing.T) {
 	t.Parallel()
 	f := mustFiles(t, controlFiles)
 	soon, later := now.Add(time.Minute), now.Add(time.Hour)
-	st := &control.State{Version: 2, At: now, Exemptions: []control.Exemption{
-		{ID: 1, User: "a", ExpiresAt: &later},
-		{ID: 2, User: "b", ExpiresAt: &soon},
-		{ID: 3, User: "c"},
+	st := &State{Version: 2, Exemptions: []StateExemption{
+		{ID: 1, Exemption: Exemption{User: "a"}, ExpiresAt: &later},
+		{ID: 2, Exemption: Exemption{User: "b"}, ExpiresAt: &soon},
+		{ID: 3, Exemption: Exemption{User: "c"}},
 	}}
 	exempt := func(s *Snapshot) string {
 		var out []string
@@ -342,16 +340,16 @@ overrides: [{tenant: t, type: ban, expires_at: "2027-01-01T00:00:00Z", source: %
 		})
 	}
 	s := mustCompileWith(t, mustFiles(t, controlFiles), nil, now)
-	if err := s.CheckOverride(&control.Override{Tenant: "t", Type: control.OverrideBan, ExpiresAt: now, Source: "file"}); err == nil {
+	if err := s.CheckOverride(&Override{Tenant: "t", Type: OverrideBan, ExpiresAt: now, Source: "file"}); err == nil {
 		t.Error("CheckOverride accepted source file from the control store")
 	}
-	if err := s.CheckOverride(&control.Override{Tenant: "t", Type: control.OverrideMultiplier, Value: 2000, ExpiresAt: now, Source: control.SourceAPI}); err == nil || !strings.Contains(err.Error(), "value") {
+	if err := s.CheckOverride(&Override{Tenant: "t", Type: OverrideMultiplier, Value: 2000, ExpiresAt: now, Source: SourceAPI}); err == nil || !strings.Contains(err.Error(), "value") {
 		t.Errorf("CheckOverride(multiplier 2000) = %v", err)
 	}
-	if err := s.CheckOverride(&control.Override{Tenant: "t", Rule: "per-user", Type: control.OverrideBan, ExpiresAt: now, Source: control.SourceAPI}); err != nil {
+	if err := s.CheckOverride(&Override{Tenant: "t", Rule: "per-user", Type: OverrideBan, ExpiresAt: now, Source: SourceAPI}); err != nil {
 		t.Errorf("CheckOverride(valid) = %v", err)
 	}
-	if err := CheckExemption(&control.Exemption{IP: "10.0.0.0/33"}); err == nil {
+	if err := CheckExemption(&Exemption{IP: "10.0.0.0/33"}); err == nil {
 		t.Error("CheckExemption accepted a bad CIDR")
 	}
 }
@@ -412,17 +410,16 @@ func TestVersion(t *testing.T) {
 
 // bigState is a control state of n overrides (one per tenant) and n identity assignments
 // (n/2 API keys mapped to a tenant and a tier, n/2 users given a tier).
-func bigState(n int) *control.State {
-	st := &control.State{Version: 1}
+func bigState(n int) *State {
+	st := &State{Version: 1}
 	for i := range n {
-		st.Overrides = append(st.Overrides, control.Override{
-			ID: int64(i + 1), Tenant: fmt.Sprintf("tenant-%d", i), Type: control.OverrideMultiplier, Value: 0.5,
-			ExpiresAt: now.Add(time.Hour), Source: control.SourceAPI, Reason: "bench",
-		})
+		st.Overrides = append(st.Overrides, StateOverride{ID: int64(i + 1), Override: Override{Tenant: fmt.Sprintf("tenant-%d", i), Type: OverrideMultiplier, Value: 0.5,
+			ExpiresAt: now.Add(time.Hour), Source: SourceAPI, Reason: "bench",
+		}})
 		if i%2 == 0 {
-			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityAPIKey, Value: fmt.Sprintf("key-%d", i), Tenant: fmt.Sprintf("tenant-%d", i), Tier: "gold"})
+			st.Identities = append(st.Identities, Identity{Kind: IdentityAPIKey, Value: fmt.Sprintf("key-%d", i), Tenant: fmt.Sprintf("tenant-%d", i), Tier: "gold"})
 		} else {
-			st.Identities = append(st.Identities, control.Identity{Kind: control.IdentityUser, Value: fmt.Sprintf("user-%d", i), Tier: "free"})
+			st.Identities = append(st.Identities, Identity{Kind: IdentityUser, Value: fmt.Sprintf("user-%d", i), Tier: "free"})
 		}
 	}
 	return st

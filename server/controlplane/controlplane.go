@@ -111,9 +111,9 @@ type Runtime struct {
 	// I/O.
 	mu      sync.Mutex
 	files   *policy.Files
-	state   *control.State // nil until the store was read once
-	pending *filesEvent    // a files change not yet in the audit log
-	logged  int64          // the control version whose skipped entries were logged
+	state   *policy.State // nil until the store was read once
+	pending *filesEvent   // a files change not yet in the audit log
+	logged  int64         // the control version whose skipped entries were logged
 	// violations holds the violation minutes of trusted identities (trust.go), compiled
 	// into adaptive limits.
 	violations map[trustID]int
@@ -370,7 +370,7 @@ func (r *Runtime) load(ctx context.Context, why string) error {
 	if r.state != nil && r.state.Version == st.Version {
 		return nil // same contents; expiries are the expiry timer's
 	}
-	r.state = st
+	r.state = policyState(st)
 	notify(r.trustNow)
 	return r.compileLocked(why)
 }

@@ -16,13 +16,13 @@ const DefaultTrustInterval = time.Minute
 
 // trustID is an identity with a trust score.
 type trustID struct {
-	kind  control.IdentityKind
+	kind  policy.IdentityKind
 	value string
 }
 
 // violationMinutes is what compileLocked hands policy.CompileWith: the counts r.violations
 // holds. r.mu is held by the compile, which is when it runs.
-func (r *Runtime) violationMinutes(kind control.IdentityKind, value string) int {
+func (r *Runtime) violationMinutes(kind policy.IdentityKind, value string) int {
 	return r.violations[trustID{kind, value}]
 }
 
@@ -97,9 +97,9 @@ func (r *Runtime) RefreshTrust(ctx context.Context) {
 func (r *Runtime) countViolationMinutes(ctx context.Context, id trustID, since time.Time) (int, error) {
 	f := control.ViolationFilter{Since: since, Limit: control.MaxAuditLimit}
 	switch id.kind {
-	case control.IdentityAPIKey:
+	case policy.IdentityAPIKey:
 		f.APIKey = string(key.AppendSecret(nil, id.value))
-	case control.IdentityUser:
+	case policy.IdentityUser:
 		f.User = id.value
 	default:
 		f.Tenant = id.value

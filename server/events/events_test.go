@@ -577,8 +577,8 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, skipped := policy.CompileWith(f, &control.State{Identities: []control.Identity{
-		{Kind: control.IdentityAPIKey, Value: "sk-acme", Tenant: "acme", User: "alice"},
+	snap, skipped := policy.CompileWith(f, &policy.State{Identities: []policy.Identity{
+		{Kind: policy.IdentityAPIKey, Value: "sk-acme", Tenant: "acme", User: "alice"},
 	}}, m0)
 	if len(skipped) > 0 {
 		t.Fatal(skipped)

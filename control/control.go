@@ -485,7 +485,7 @@ type Node struct {
 	// PolicyVersion is the control version compiled into the snapshot the node enforces.
 	PolicyVersion int64     `json:"policy_version"`
 	SeenAt        time.Time `json:"seen_at"`
-	// Stats is the node's live statistics as it last reported them (server/fleetstats, JSON),
+	// Stats is the node's live statistics as it last reported them (telemetry/fleetstats, JSON),
 	// at most MaxNodeStatsLen bytes; nil when it reported none.
 	Stats []byte `json:"stats,omitempty"`
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/postgres"
-	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // abusePolicy has one limit per tenant, per node (each node has its own memory store): 20 a
@@ -158,12 +158,12 @@ func TestAbuseDetectorOnTwoNodes(t *testing.T) {
 }
 
 // TestAbuseDetectorRealTraffic is the same, driven by real requests: it needs the nodes to
-// record their decisions (server/events, sluice_events_*), and skips until they do.
+// record their decisions (telemetry/usage, sluice_events_*), and skips until they do.
 func TestAbuseDetectorRealTraffic(t *testing.T) {
 	f := startAbuseFleet(t)
 	for _, s := range f.nodes {
 		if !strings.Contains(s.get("/metrics"), "sluice_events_") {
-			t.Skip("needs the decision-event recorder (server/events, sluice_events_* metrics) to count real traffic")
+			t.Skip("needs the decision-event recorder (telemetry/usage, sluice_events_* metrics) to count real traffic")
 		}
 	}
 	abuseScenario(t, f, real)

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/sluice/internal/etcdtest"
+	"github.com/sluicehq/sluice/internal/testkit/etcdtest"
 )
 
 // TestEtcdPolicy runs sluice with --config etcd://...: the keys under the prefix are its

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/server/fleetstats"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // statsPolicy has one rule every check matches, with a limit no test reaches, so that each

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/stallwatch"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // TestRedisPausedUnderLoad is the issue's own trial: 20 callers on /v1/check of a node with

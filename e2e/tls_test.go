@@ -20,7 +20,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
-	"github.com/sluicehq/sluice/internal/testca"
+	"github.com/sluicehq/sluice/internal/testkit/testca"
 )
 
 // tlsClient is a client configuration trusting serverCA and presenting pair when given.

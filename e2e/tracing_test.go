@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
-	"github.com/sluicehq/sluice/internal/oteltest"
+	"github.com/sluicehq/sluice/internal/testkit/oteltest"
 )
 
 // traceparent is a caller's sampled span in W3C form.

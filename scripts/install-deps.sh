@@ -8,7 +8,7 @@ command -v go >/dev/null || { echo "install-deps: Go is required (https://go.dev
 for tool in redis-server redis-cli; do
   command -v "$tool" >/dev/null || { need+=(redis-server); break; }
 done
-# The PostgreSQL server (internal/pgtest runs initdb and postgres). Debian keeps them off PATH,
+# The PostgreSQL server (internal/testkit/pgtest runs initdb and postgres). Debian keeps them off PATH,
 # in /usr/lib/postgresql/VERSION/bin; pgtest looks there first, then on PATH.
 has_postgres() {
   local d
@@ -18,7 +18,7 @@ has_postgres() {
   command -v initdb >/dev/null && command -v postgres >/dev/null
 }
 has_postgres || need+=(postgresql)
-# etcd, for the etcd policy source's tests (internal/etcdtest runs a one-member cluster).
+# etcd, for the etcd policy source's tests (internal/testkit/etcdtest runs a one-member cluster).
 command -v etcd >/dev/null || need+=(etcd-server)
 # promtool checks the alerting rules in deploy/prometheus (Debian ships it with the server).
 command -v promtool >/dev/null || need+=(prometheus)

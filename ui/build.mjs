@@ -1,4 +1,4 @@
-// Builds the dashboard into ../server/ui/dist, which is committed and embedded in the binary.
+// Builds the dashboard into ../control/ui/dist, which is committed and embedded in the binary.
 // The output is deterministic (fixed file names, no timestamps, no source maps), so
 // TestAssetsAreBuilt can compare a fresh build with what is committed.
 import * as esbuild from "esbuild";
@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 
 // SLUICE_UI_OUT builds elsewhere: TestAssetsAreBuilt compares such a build with dist.
 const here = new URL(".", import.meta.url).pathname;
-const out = (process.env.SLUICE_UI_OUT || here + "../server/ui/dist").replace(/\/?$/, "/");
+const out = (process.env.SLUICE_UI_OUT || here + "../control/ui/dist").replace(/\/?$/, "/");
 process.chdir(here);
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/server/adminapi"
+	"github.com/sluicehq/sluice/control/adminapi"
 )
 
 // maxAnswer caps what the CLI reads of one answer: a thousand audit events, each with a rule

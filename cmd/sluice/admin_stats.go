@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/server/fleetstats"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 func statsCommand(o *adminOptions) *cobra.Command {

@@ -19,11 +19,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/internal/admintest"
+	"github.com/sluicehq/sluice/control/adminapi"
 	"github.com/sluicehq/sluice/internal/sketch"
-	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/server/adminapi"
-	"github.com/sluicehq/sluice/server/fleetstats"
+	"github.com/sluicehq/sluice/internal/testkit/admintest"
+	"github.com/sluicehq/sluice/internal/testkit/testutil"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // adminSecrets are the secrets of the tokens every adminEnv starts with, one per role.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/sluicehq/sluice/server/rls"
+	"github.com/sluicehq/sluice/transport/rls"
 )
 
 // envoySettings is what serve takes from the environment variables of Envoy's reference rate

@@ -29,17 +29,17 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/server/controlplane"
-	"github.com/sluicehq/sluice/server/grpcapi"
-	"github.com/sluicehq/sluice/server/httpapi"
-	"github.com/sluicehq/sluice/server/overload"
-	"github.com/sluicehq/sluice/server/rls"
 	"github.com/sluicehq/sluice/store/breaker"
 	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/telemetry/metrics"
+	"github.com/sluicehq/sluice/transport/grpcapi"
+	"github.com/sluicehq/sluice/transport/httpapi"
+	"github.com/sluicehq/sluice/transport/overload"
+	"github.com/sluicehq/sluice/transport/rls"
 )
 
 // serveConfig is everything serve is told, validated once here and passed down.
@@ -114,9 +114,9 @@ store is down the node keeps enforcing the last policy it compiled.`,
 	f.StringVar(&c.grpcAddr, "grpc", envDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", envDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
 	f.StringVar(&c.control, "control", envDefault("SLUICE_CONTROL", controlSQLite), "control store of rules, overrides, exemptions, identities, tokens and audit: sqlite (<data-dir>/control.db, one node) or postgres://user:pass@host:5432/db (a fleet) (SLUICE_CONTROL)")
-	c.auditRetention = retentionEnv("SLUICE_AUDIT_RETENTION", controlplane.DefaultAuditRetention)
+	c.auditRetention = retentionEnv("SLUICE_AUDIT_RETENTION", follower.DefaultAuditRetention)
 	f.Var(durationFlag{&c.auditRetention}, "audit-retention", "how long audit events are kept, e.g. 365d (SLUICE_AUDIT_RETENTION)")
-	c.countsRetention = retentionEnv("SLUICE_VIOLATIONS_RETENTION", controlplane.DefaultCountsRetention)
+	c.countsRetention = retentionEnv("SLUICE_VIOLATIONS_RETENTION", follower.DefaultCountsRetention)
 	f.Var(durationFlag{&c.countsRetention}, "violations-retention", "how long violation and usage counts are kept, e.g. 30d (SLUICE_VIOLATIONS_RETENTION)")
 	f.StringVar(&c.adminTokenFile, "admin-token-file", envDefault("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the bootstrap admin token (named bootstrap); SLUICE_ADMIN_TOKEN wins when set; with neither, the first start writes a random one to <data-dir>/admin.token (SLUICE_ADMIN_TOKEN_FILE)")
 	f.StringVar(&c.nodeID, "node-id", envDefault("SLUICE_NODE_ID", ""), "this node's id in the control store's node list; default hostname:http-port (SLUICE_NODE_ID)")
@@ -309,7 +309,7 @@ func serve(ctx context.Context, c serveConfig) error {
 
 	// From here the runtime sets the limiter's policy: the files and the control store
 	// compiled together.
-	rt, err := controlplane.New(controlplane.Options{
+	rt, err := follower.New(follower.Options{
 		Store: ctrl, Limiter: lim, Files: files, FilesPath: src.name,
 		NodeID: nodeID(c.nodeID, httpLn.Addr()), Addr: httpLn.Addr().String(),
 		Metrics: m, Logger: log, Stats: heartbeatStats(fleet, log),
@@ -531,7 +531,7 @@ func orBuiltIn(path string) string {
 // watchPolicy reloads the policy files on SIGHUP and when they change, and hands them to the
 // runtime, which compiles them with the control store's state. A bad policy is logged,
 // counted and ignored: the running one stays.
-func watchPolicy(ctx context.Context, path string, rt *controlplane.Runtime, m *metrics.Metrics, log *slog.Logger) {
+func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

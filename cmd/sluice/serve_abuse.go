@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/abuse"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/server/abuse"
 )
 
 // abuseFlags is the abuse detector's part of serve's configuration (DESIGN.md, Abuse detection

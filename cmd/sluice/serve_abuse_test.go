@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/abuse"
 	"github.com/sluicehq/sluice/control/sqlite"
-	"github.com/sluicehq/sluice/server/abuse"
 )
 
 // parseAbuse parses the --abuse-* flags from args and the environment as serve does, and

@@ -11,13 +11,13 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/adminapi"
+	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/control/postgres"
 	"github.com/sluicehq/sluice/control/sqlite"
-	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/server/adminapi"
-	"github.com/sluicehq/sluice/server/controlplane"
-	"github.com/sluicehq/sluice/server/fleetstats"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
+	"github.com/sluicehq/sluice/telemetry/metrics"
 )
 
 // controlSQLite is --control's default: the embedded store, <data-dir>/control.db.
@@ -137,7 +137,7 @@ func retentionEnv(name string, def time.Duration) time.Duration {
 type adminDeps struct {
 	tokenFile string
 	store     control.Store
-	runtime   *controlplane.Runtime
+	runtime   *follower.Runtime
 	limiter   *sluice.Limiter
 	metrics   *metrics.Metrics
 	dataDir   string
@@ -176,7 +176,7 @@ func bootstrapAdmin(ctx context.Context, store control.Store, tokenFile, dataDir
 	return nil
 }
 
-// adminAPI builds the admin API (server/adminapi), mounted at /admin/v1/ on the HTTP listener.
+// adminAPI builds the admin API (control/adminapi), mounted at /admin/v1/ on the HTTP listener.
 func adminAPI(d adminDeps) (*adminapi.Server, error) {
 	return adminapi.New(adminapi.Options{
 		Control:       d.store,
@@ -184,7 +184,7 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		Files:         func() adminapi.FilePolicy { return adminapi.FilesFromConfigs(d.runtime.Files().Configs()...) },
 		PolicyVersion: d.runtime.PolicyVersion,
 		Applied:       d.runtime.Sync,
-		NodeWindow:    controlplane.LiveNodeWindow,
+		NodeWindow:    follower.LiveNodeWindow,
 		LocalStats:    d.stats.Snapshot,
 		Logger:        d.log,
 	})

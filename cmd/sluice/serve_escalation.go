@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/server/escalation"
+	"github.com/sluicehq/sluice/control/escalation"
 )
 
 // newEscalator returns the node's escalation writer (rules' escalation: a burst warns, a burst

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/server/controlplane"
+	"github.com/sluicehq/sluice/telemetry/metrics"
 )
 
 // The schemes of --config that name an etcd prefix rather than a file or folder.
@@ -58,7 +58,7 @@ type policySource struct {
 	files *policy.Files
 	// watch follows the source until ctx ends, handing each valid change to rt; nil for the
 	// built-in policy.
-	watch func(ctx context.Context, rt *controlplane.Runtime, m *metrics.Metrics, log *slog.Logger)
+	watch func(ctx context.Context, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger)
 	// close releases the source's connections.
 	close func() error
 }
@@ -75,7 +75,7 @@ func openPolicy(ctx context.Context, config string, log *slog.Logger) (*policySo
 	}
 	src := &policySource{name: config, files: files, close: func() error { return nil }}
 	if config != "" {
-		src.watch = func(ctx context.Context, rt *controlplane.Runtime, m *metrics.Metrics, log *slog.Logger) {
+		src.watch = func(ctx context.Context, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
 			watchPolicy(ctx, config, rt, m, log)
 		}
 	}
@@ -205,7 +205,7 @@ func (e *etcdPolicy) read(ctx context.Context) (*policy.Files, int64, error) {
 // (changes may have been missed while it was away) and SIGHUP re-read the whole prefix and
 // hand it to rt. A policy that is invalid, or that cannot be read, is logged, counted in
 // sluice_policy_reloads_total{result="error"} and ignored: the running one stays.
-func (e *etcdPolicy) watch(ctx context.Context, rt *controlplane.Runtime, m *metrics.Metrics, log *slog.Logger) {
+func (e *etcdPolicy) watch(ctx context.Context, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

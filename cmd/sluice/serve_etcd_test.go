@@ -16,11 +16,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/control/sqlite"
-	"github.com/sluicehq/sluice/internal/etcdtest"
-	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/server/controlplane"
+	"github.com/sluicehq/sluice/internal/testkit/etcdtest"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/telemetry/metrics"
 )
 
 func TestParseEtcdURL(t *testing.T) {
@@ -79,7 +79,7 @@ func limitPolicy(n int) string { return fmt.Sprintf(etcdNative, n) }
 // SQLite control store, and the etcd source's watch running.
 type etcdNode struct {
 	lim *sluice.Limiter
-	rt  *controlplane.Runtime
+	rt  *follower.Runtime
 	reg *prometheus.Registry
 }
 
@@ -103,7 +103,7 @@ func startEtcdNode(t *testing.T, url string) *etcdNode {
 	t.Cleanup(func() { lim.Close() })
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "memory")
-	rt, err := controlplane.New(controlplane.Options{Store: ctrl, Limiter: lim, Files: src.files, FilesPath: src.name, NodeID: "n1", Addr: "127.0.0.1:1", Metrics: m, Logger: log})
+	rt, err := follower.New(follower.Options{Store: ctrl, Limiter: lim, Files: src.files, FilesPath: src.name, NodeID: "n1", Addr: "127.0.0.1:1", Metrics: m, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testca"
+	"github.com/sluicehq/sluice/internal/testkit/testca"
 )
 
 func TestRegionFlags(t *testing.T) {

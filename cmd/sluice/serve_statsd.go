@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/metrics/statsd"
+	"github.com/sluicehq/sluice/telemetry/statsd"
 )
 
 // statsdFlags configure the StatsD sink beside Prometheus.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/internal/testkit/testutil"
 )
 
 // The first store error is logged at once; the next within storeErrorLogEvery only counted, and

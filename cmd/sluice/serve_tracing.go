@@ -22,7 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicehq/sluice/internal/tlsreload"
-	"github.com/sluicehq/sluice/server/tracing"
+	"github.com/sluicehq/sluice/telemetry/tracing"
 )
 
 // tracingFlags configure the OTLP trace exporter. Tracing is off unless an endpoint is given,

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/oteltest"
-	"github.com/sluicehq/sluice/internal/testca"
-	"github.com/sluicehq/sluice/server/tracing"
+	"github.com/sluicehq/sluice/internal/testkit/oteltest"
+	"github.com/sluicehq/sluice/internal/testkit/testca"
+	"github.com/sluicehq/sluice/telemetry/tracing"
 )
 
 // TestTracingResolve reads the flags and the standard variables as serve does: off by

@@ -10,9 +10,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/ui"
 	"github.com/sluicehq/sluice/internal/sketch"
-	"github.com/sluicehq/sluice/server/fleetstats"
-	"github.com/sluicehq/sluice/server/ui"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // startFleetStats starts this node's live statistics for the dashboard (docs/architecture.md,

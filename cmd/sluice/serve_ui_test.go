@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/server/events"
-	"github.com/sluicehq/sluice/server/fleetstats"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
+	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
 // TestHeartbeatStatsFit keeps a heartbeat's stats within what the control store takes: whole
@@ -35,7 +35,7 @@ func TestHeartbeatStatsFit(t *testing.T) {
 			c := fleetstats.New(fleetstats.Options{Node: "n1", Store: "memory", MaxRules: tc.rules})
 			for r := range tc.rules {
 				for u := range tc.callers {
-					c.Observe(events.Observation{Rule: fmt.Sprintf("rule-%d", r), Tenant: "acme", User: fmt.Sprintf("%d-%s", u, long)})
+					c.Observe(usage.Observation{Rule: fmt.Sprintf("rule-%d", r), Tenant: "acme", User: fmt.Sprintf("%d-%s", u, long)})
 				}
 			}
 			b := heartbeatStats(c, slog.New(slog.DiscardHandler))()

@@ -1,6 +1,6 @@
 // Package grpcdecode makes a gRPC service answer a request message that does not decode with
 // InvalidArgument naming the field, where gRPC would answer Internal, a server fault, for the
-// client's bad input. server/grpcapi and server/rls register through it, so both name a field
+// client's bad input. transport/grpcapi and transport/rls register through it, so both name a field
 // the same way (descriptors[0].entries[1].value, descriptors.k).
 package grpcdecode
 

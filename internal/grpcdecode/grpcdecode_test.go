@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
-	"github.com/sluicehq/sluice/internal/grpctest"
+	"github.com/sluicehq/sluice/internal/testkit/grpctest"
 	"github.com/sluicehq/sluice/policy"
 )
 

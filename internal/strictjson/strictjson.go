@@ -1,6 +1,6 @@
 // Package strictjson reads JSON request bodies as strictly as the strictest reader in front
-// of Sluice (a WAF, a gateway) and names the field of any error: the JSON API (server/httpapi)
-// and the admin API (server/adminapi) read and answer alike.
+// of Sluice (a WAF, a gateway) and names the field of any error: the JSON API (transport/httpapi)
+// and the admin API (control/adminapi) read and answer alike.
 //
 // The reader is JSON v2 (github.com/go-json-experiment/json, encoding/json/v2 from Go 1.27)
 // rather than one of our own: it is strict by default and fast from a pooled decoder.

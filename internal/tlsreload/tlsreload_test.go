@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testca"
+	"github.com/sluicehq/sluice/internal/testkit/testca"
 )
 
 // clock is the test's clock: the reloader looks at the files only when it moves.

@@ -32,7 +32,7 @@ func identityKey(v control.ViolationCount) string {
 
 // countsChunk is how many rows one statement of AddCounts upserts: one JSON parameter of a
 // few hundred kilobytes, rather than one round trip per row. Row by row, a flush of 100K
-// violation rows took 5 to 10 s on PostgreSQL (BenchmarkAddCounts in server/events): longer
+// violation rows took 5 to 10 s on PostgreSQL (BenchmarkAddCounts in telemetry/usage): longer
 // than the flush interval.
 const countsChunk = 5000
 

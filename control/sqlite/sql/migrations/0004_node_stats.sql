@@ -1,5 +1,5 @@
 -- 0004: node stats (docs/architecture.md, Dashboard): each heartbeat carries the node's live
--- decision rates, latency, store state and top consumers (server/fleetstats, JSON), which the
+-- decision rates, latency, store state and top consumers (telemetry/fleetstats, JSON), which the
 -- admin API merges across the fleet; the SQLite twin of
 -- control/postgres/sql/migrations/0004_node_stats.sql.
 

@@ -1,0 +1,106 @@
+package metrics_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/policy/envoyconf"
+	"github.com/sluicehq/sluice/telemetry/metrics"
+)
+
+func TestRequestsWithoutIdentityCounted(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "memory")
+	for _, anonymous := range []bool{true, false, true} {
+		m.ObserveCheck("http", &sluice.Decision{Allowed: true, Anonymous: anonymous}, 0)
+	}
+	m.ObserveCheck("grpc", &sluice.Decision{Allowed: true, Anonymous: true}, 0)
+	for api, want := range map[string]float64{"http": 2, "grpc": 1} {
+		if got := counterValue(t, reg, api); got != want {
+			t.Errorf("sluice_requests_without_identity_total{api=%q} = %v, want %v", api, got, want)
+		}
+	}
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, api string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sluice_requests_without_identity_total" {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "api" && l.GetValue() == api {
+					return metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestTenantThrottleReplacesTheSet(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	set := metrics.New(reg, "memory").TenantThrottle()
+	set(map[string]float64{"a": 0.5, "b": 0.25})
+	set(map[string]float64{"b": 0.75})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "sluice_tenant_throttle_ratio" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != 1 || got["b"] != 0.75 {
+		t.Fatalf("sluice_tenant_throttle_ratio = %v, want only b = 0.75 (the last set replaces the earlier)", got)
+	}
+}
+
+// TestObserveDescriptorsAllocatesNothing: an RLS decision under an unnamed limit is counted
+// under domain/id without building that label on every call.
+func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
+	cfg, err := envoyconf.Load(map[string][]byte{"rls.yaml": []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := cfg.Limits("bench")[0]
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "memory")
+	d := &sluice.DescriptorDecision{Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim}}}
+	m.ObserveDescriptors("rls", d, time.Millisecond) // creates the counter
+	if n := testing.AllocsPerRun(100, func() { m.ObserveDescriptors("rls", d, time.Millisecond) }); n != 0 {
+		t.Fatalf("%v allocations per decision, want 0", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "rule" && l.GetValue() == "bench/user" && mt.GetCounter() != nil {
+					got += mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got != 102 {
+		t.Fatalf("bench/user counted %v, want 102 (AllocsPerRun runs once more than asked)", got)
+	}
+}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
-	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
 // usageTotals sums the points of GET /admin/v1/usage/history?query.
@@ -81,7 +81,7 @@ func TestViolationsAndUsageFromTwoNodes(t *testing.T) {
 	}
 
 	wantUsage := map[string]int{"allowed": 4, "soft": 6, "denied": 6}
-	keyHash := usage.HashAPIKey(apiKey)
+	keyHash := key.HashedAPIKey(apiKey)
 	check := func() bool {
 		for _, step := range []string{"1m", "1h", "1d"} {
 			q := "rule=per-user&tenant=acme&step=" + step + "&from=" + url.QueryEscape(time.Now().Add(-48*time.Hour).UTC().Format(time.RFC3339))

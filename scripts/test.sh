@@ -16,6 +16,9 @@ echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
 
+echo "== layers"
+./scripts/layers.sh
+
 echo "== go vet"
 go vet ./...
 (cd benchmarks && go vet ./...)

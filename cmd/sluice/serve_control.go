@@ -185,7 +185,7 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		PolicyVersion: d.runtime.PolicyVersion,
 		Applied:       d.runtime.Sync,
 		NodeWindow:    follower.LiveNodeWindow,
-		LocalStats:    d.stats.Snapshot,
+		Fleet:         fleetstats.View{Local: d.stats.Snapshot, Logger: d.log},
 		Logger:        d.log,
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/metrics"
 	"github.com/sluicehq/sluice/telemetry/usage"
 )
@@ -34,7 +35,7 @@ func startEvents(c eventsConfig, ctrl control.Store, m *metrics.Metrics, observe
 	if c.queue < 1 {
 		return nil, fmt.Errorf("--events-queue: %d: must be at least 1", c.queue)
 	}
-	rec, err := usage.New(usage.Options{Store: ctrl, Flush: c.flush, Queue: c.queue, Logger: log, TenantThrottle: m.TenantThrottle(), Observe: observe})
+	rec, err := usage.New(usage.Options{Writer: node.UsageWriter(ctrl), Flush: c.flush, Queue: c.queue, Logger: log, TenantThrottle: m.TenantThrottle(), Observe: observe})
 	if err != nil {
 		return nil, err
 	}

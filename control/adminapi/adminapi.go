@@ -24,7 +24,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // Prefix is the path every admin call starts with; mount the Server there.
@@ -90,9 +89,9 @@ type Options struct {
 	// Applied, when set, is called after each change with its control version and returns
 	// once this node enforces it (the runtime's Sync), before the change is answered.
 	Applied func(ctx context.Context, controlVersion int64) error
-	// LocalStats, when set, returns this node's live statistics for GET /admin/v1/stats and
-	// /top, fresher than its last heartbeat; other nodes' come from their heartbeats.
-	LocalStats func() fleetstats.NodeStats
+	// Fleet answers GET /admin/v1/stats and /top from the live nodes' heartbeats; nil
+	// answers 404 (this node collects no statistics).
+	Fleet FleetStats
 	// Now is the clock for ttl and the nodes window; time.Now when nil.
 	Now func() time.Time
 	// Logger receives server-side failures (never a secret); slog.Default() when nil.

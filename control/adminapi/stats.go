@@ -2,14 +2,13 @@ package adminapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // Bounds of GET /admin/v1/top's limit.
@@ -18,33 +17,31 @@ const (
 	MaxTopLimit     = 100
 )
 
-// fleetNodes returns the live nodes' statistics: what their last heartbeats carried, with
-// this node's taken fresh from Options.LocalStats. While the control store does not answer,
-// this node's alone, so the dashboard stays live on the node it is served from.
-func (s *Server) fleetNodes(ctx context.Context) []fleetstats.NodeStats {
-	var local string
-	var out []fleetstats.NodeStats
-	if s.opts.LocalStats != nil {
-		n := s.opts.LocalStats()
-		local = n.Node
-		out = append(out, n)
-	}
+// FleetStats builds the answers of GET /admin/v1/stats and /admin/v1/top from the statistics
+// the live nodes reported in their heartbeats (JSON, by node id). telemetry/fleetstats.View
+// implements it; the admin API declares it so that the control plane never imports telemetry.
+type FleetStats interface {
+	// Stats is the body of GET /admin/v1/stats.
+	Stats(now time.Time, reported map[string][]byte) any
+	// Top is the "rules" of GET /admin/v1/top: each rule's heaviest consumers ("" for all).
+	Top(reported map[string][]byte, rule string, limit int) any
+}
+
+// errNoFleetStats answers the statistics calls of a node that collects none.
+var errNoFleetStats = fmt.Errorf("fleet statistics are not collected by this node: %w", control.ErrNotFound)
+
+// reported returns what the live nodes' last heartbeats carried, by node id. While the
+// control store does not answer, none: the FleetStats still has this node's own, so the
+// dashboard stays live on the node it is served from.
+func (s *Server) reported(ctx context.Context) map[string][]byte {
+	out := map[string][]byte{}
 	ns, err := s.store.Nodes(ctx, s.now().Add(-s.opts.NodeWindow))
 	if err != nil {
 		s.log.Warn("fleet stats: list nodes; answering with this node's alone", "err", err)
 		return out
 	}
 	for _, n := range ns {
-		if n.ID == local || len(n.Stats) == 0 {
-			continue
-		}
-		var st fleetstats.NodeStats
-		if err := json.Unmarshal(n.Stats, &st); err != nil {
-			s.log.Debug("fleet stats: a node's stats do not decode; left out", "node", n.ID, "err", err)
-			continue
-		}
-		st.Node = n.ID
-		out = append(out, st)
+		out[n.ID] = n.Stats
 	}
 	return out
 }
@@ -55,7 +52,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	return answer(w, http.StatusOK, "", fleetstats.Merge(s.now(), s.fleetNodes(r.Context())))
+	if s.opts.Fleet == nil {
+		return errNoFleetStats
+	}
+	return answer(w, http.StatusOK, "", s.opts.Fleet.Stats(s.now(), s.reported(r.Context())))
 }
 
 // top answers GET /admin/v1/top?rule=&limit=: each rule's heaviest consumers over the fleet,
@@ -79,5 +79,8 @@ func (s *Server) top(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"rules": fleetstats.Top(s.fleetNodes(r.Context()), rule, limit)})
+	if s.opts.Fleet == nil {
+		return errNoFleetStats
+	}
+	return answer(w, http.StatusOK, "", map[string]any{"rules": s.opts.Fleet.Top(s.reported(r.Context()), rule, limit)})
 }

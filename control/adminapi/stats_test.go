@@ -15,7 +15,7 @@ import (
 func TestStatsAndTop(t *testing.T) {
 	var local *fleetstats.Collector
 	e := newEnv(t, func(o *adminapi.Options) {
-		o.LocalStats = func() fleetstats.NodeStats { return local.Snapshot() }
+		o.Fleet = fleetstats.View{Local: func() fleetstats.NodeStats { return local.Snapshot() }}
 	})
 	local = fleetstats.New(fleetstats.Options{Node: "node-a", Store: "memory", Now: e.clock.Now})
 	other := fleetstats.New(fleetstats.Options{Node: "ignored", Store: "redis", Now: e.clock.Now})

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
 // usage answers the /v1/quota decision for the query's attributes: every limit that applies,
@@ -155,7 +155,7 @@ func (s *Server) violations(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	vs, err := s.store.Violations(r.Context(), control.ViolationFilter{
-		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: usage.APIKeyFilter(q.Get("api_key")), IP: q.Get("ip"), Rule: q.Get("rule"),
+		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: key.APIKeyFilter(q.Get("api_key")), IP: q.Get("ip"), Rule: q.Get("rule"),
 		Since: since, Until: until, Limit: limit,
 	})
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/telemetry/metrics"
 )
 
 // Defaults of Options.
@@ -77,7 +76,7 @@ type Options struct {
 	// heartbeat to carry.
 	Stats func() []byte
 	// Metrics receives sluice_control_store_up and the policy version; nil records nothing.
-	Metrics *metrics.Metrics
+	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now is the clock that exemption expiry is compiled against; time.Now when nil.
@@ -143,6 +142,21 @@ type filesEvent struct {
 	rules                  int
 }
 
+// Metrics is what the follower reports; telemetry/metrics.Metrics implements it. The
+// follower declares it so that the control plane never imports telemetry.
+type Metrics interface {
+	// ControlStoreUp reports whether the control store answered the last read.
+	ControlStoreUp(up bool)
+	// PolicyLoaded reports the version of the policy swapped in, or why a load failed.
+	PolicyLoaded(version string, err error)
+}
+
+// noMetrics records nothing.
+type noMetrics struct{}
+
+func (noMetrics) ControlStoreUp(bool)        {}
+func (noMetrics) PolicyLoaded(string, error) {}
+
 // New returns a Runtime and sets the Limiter's policy to the files compiled alone, at control
 // version 0, until Start has read the control store.
 func New(o Options) (*Runtime, error) {
@@ -170,6 +184,9 @@ func New(o Options) (*Runtime, error) {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
 	}
 	r := &Runtime{
 		o: o, log: o.Logger, now: o.Now, files: o.Files,

@@ -9,6 +9,7 @@ package key
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // MaxPart is the longest escaped part kept verbatim; a longer value is replaced by '#' and the
@@ -138,4 +139,24 @@ func HashTag(k []byte) []byte {
 		}
 	}
 	return k
+}
+
+// HashedAPIKey is what counts, traces and logs keep of an API key: its hashed prefix, as
+// bucket keys hold it ('#' and 32 hex digits of its SHA-256), so that no credential reaches
+// the control store or a trace backend. "" stays "".
+func HashedAPIKey(apiKey string) string {
+	if apiKey == "" {
+		return ""
+	}
+	var buf [33]byte
+	return string(AppendSecret(buf[:0], apiKey))
+}
+
+// APIKeyFilter turns a caller's api_key filter into what the counts keep: a hashed prefix
+// ('#' and 32 lowercase hex digits) is taken as it is, anything else is a key and is hashed.
+func APIKeyFilter(v string) string {
+	if len(v) == 33 && v[0] == '#' && strings.Trim(v[1:], "0123456789abcdef") == "" {
+		return v
+	}
+	return HashedAPIKey(v)
 }

@@ -21,9 +21,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
-	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
 // ScopeName is the instrumentation scope of Sluice's spans.
@@ -147,7 +147,7 @@ const (
 
 // EndCheck ends the span of a native decision: r as the caller sent it (nil when it could
 // not be read), d as the engine filled it, err the engine's or the decoder's error. The API
-// key is kept as its hashed prefix (usage.HashAPIKey), as the violations log keeps it; the
+// key is kept as its hashed prefix (key.HashedAPIKey), as the violations log keeps it; the
 // tenant and user are those the decision was made for.
 func (s *Span) EndCheck(r *sluice.Request, d *sluice.Decision, err error) {
 	if s == nil {
@@ -179,7 +179,7 @@ func (s *Span) EndCheck(r *sluice.Request, d *sluice.Decision, err error) {
 		a = appendString(a, attrTenant, tenant)
 		a = appendString(a, attrUser, user)
 		if r.APIKey != "" {
-			a = append(a, attrAPIKey.String(usage.HashAPIKey(r.APIKey)))
+			a = append(a, attrAPIKey.String(key.HashedAPIKey(r.APIKey)))
 		}
 		a = appendString(a, attrIP, r.IP)
 		a = appendString(a, attrEndpoint, r.Endpoint)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/testkit/grpctest"
 	"github.com/sluicehq/sluice/internal/testkit/oteltest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
@@ -26,7 +27,6 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/telemetry/tracing"
-	"github.com/sluicehq/sluice/telemetry/usage"
 	"github.com/sluicehq/sluice/transport/grpcapi"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/rls"
@@ -172,7 +172,7 @@ func TestHTTPSpans(t *testing.T) {
 			"sluice.api": "http", "sluice.allowed": "true", "sluice.state": "normal", "sluice.rule": "per-user",
 			"sluice.limits": "1", "sluice.limit": "2", "sluice.remaining": "1", "sluice.degraded": "false",
 			"sluice.store": "memory", "sluice.store.calls": "1", "sluice.store.duration_ms": "*",
-			"sluice.tenant": "acme", "sluice.user": "alice", "sluice.api_key": usage.HashAPIKey(secret),
+			"sluice.tenant": "acme", "sluice.user": "alice", "sluice.api_key": key.HashedAPIKey(secret),
 			"sluice.ip": "192.0.2.7", "sluice.endpoint": "/items", "sluice.method": "GET", "sluice.policy_version": "*",
 			"sluice.retry_after_ms": "-", "error.type": "-",
 		}, true},

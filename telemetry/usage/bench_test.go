@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
@@ -38,7 +39,7 @@ rules:
 		recordSerially(b, st, 1, func(rec *usage.Recorder) { rec.Check(&req, &d) })
 	})
 	b.Run("contended", func(b *testing.B) {
-		rec := newRecorder(b, usage.Options{Store: st})
+		rec := newRecorder(b, usage.Options{Writer: node.UsageWriter(st)})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -115,7 +116,7 @@ descriptors:
 func recordSerially(b *testing.B, st control.Store, perCall int, record func(*usage.Recorder)) {
 	b.Helper()
 	const queue = 1 << 16
-	rec := newRecorder(b, usage.Options{Store: st, Queue: queue, Poll: time.Hour})
+	rec := newRecorder(b, usage.Options{Writer: node.UsageWriter(st), Queue: queue, Poll: time.Hour})
 	calls := queue / perCall
 	b.ReportAllocs()
 	for i := range b.N {

@@ -38,14 +38,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
@@ -71,14 +68,50 @@ const (
 	DefaultPoll = 10 * time.Millisecond
 )
 
+// Writer takes the counts of one flush. A Writer whose error wraps ErrRefused will never
+// take those counts (they are invalid); the recorder drops them rather than retry. Any other
+// error is retried with the next flush.
+type Writer interface {
+	WriteCounts(ctx context.Context, usage []UsageCount, violations []ViolationCount) error
+}
+
+// ErrRefused, wrapped by a Writer's error, says that the counts will never be taken.
+var ErrRefused = errors.New("counts refused")
+
+// UsageCount is one node's decisions of one minute for one rule and tenant ("" for requests
+// without a tenant).
+type UsageCount struct {
+	Minute                time.Time
+	Rule, Tenant          string
+	Allowed, Denied, Soft int64
+}
+
+// ViolationCount is the denied and soft decisions of one minute for one rule and identity.
+type ViolationCount struct {
+	Minute                                   time.Time
+	Rule, Tenant, User, APIKey, IP, Endpoint string
+	Denied, Soft                             int64
+	// Limit is the rule's effective limit when it was counted.
+	Limit int64
+}
+
+// The longest rule name and attribute value a row keeps, in characters: the control store's
+// bounds (control.MaxNameLen and MaxValueLen; node's tests hold them equal). Longer values
+// are cut and marked (storable).
+const (
+	MaxNameLen  = 128
+	MaxValueLen = 512
+)
+
 // MaxResults is how many limits one event carries. A decision with more sends one event per
 // MaxResults limits; requests matched by more than four rules are rare.
 const MaxResults = 4
 
 // Options configure a Recorder.
 type Options struct {
-	// Store receives the counts; required.
-	Store control.Store
+	// Writer receives the counts; required. In a node it is the control store
+	// (node.UsageWriter).
+	Writer Writer
 	// Flush is the time between writes; DefaultFlush when 0.
 	Flush time.Duration
 	// Queue is the queue's length in events; DefaultQueue when 0.
@@ -192,10 +225,10 @@ type Stats struct {
 	Queued int
 }
 
-// New starts a Recorder writing to o.Store. Close it to write what it holds.
+// New starts a Recorder writing to o.Writer. Close it to write what it holds.
 func New(o Options) (*Recorder, error) {
-	if o.Store == nil {
-		return nil, errors.New("events: no control store")
+	if o.Writer == nil {
+		return nil, errors.New("usage: no writer")
 	}
 	for _, d := range []struct {
 		name string
@@ -373,23 +406,4 @@ func (r *Recorder) Close(ctx context.Context) error {
 		<-r.wDone
 		return fmt.Errorf("events: close: counts not written: %w", ctx.Err())
 	}
-}
-
-// APIKeyFilter turns a caller's api_key filter into what the counts keep: a hashed prefix
-// ('#' and 32 lowercase hex digits) is taken as it is, anything else is a key and is hashed.
-func APIKeyFilter(v string) string {
-	if len(v) == 33 && v[0] == '#' && strings.Trim(v[1:], "0123456789abcdef") == "" {
-		return v
-	}
-	return HashAPIKey(v)
-}
-
-// HashAPIKey is what the counts keep of an API key: its hashed prefix, as bucket keys hold it
-// ('#' and 32 hex digits of its SHA-256), so that no credential reaches the control store.
-func HashAPIKey(apiKey string) string {
-	if apiKey == "" {
-		return ""
-	}
-	var buf [33]byte
-	return string(key.AppendSecret(buf[:0], apiKey))
 }

@@ -16,8 +16,10 @@ import (
 	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/control/postgres"
 	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/policy/envoyconf"
 	"github.com/sluicehq/sluice/telemetry/usage"
@@ -127,8 +129,8 @@ func TestCountsAddUpAcrossNodes(t *testing.T) {
 			sa, sb := be.open(t, control.Options{})
 			m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 			ca, cb := newClock(m0.Add(5*time.Second)), newClock(m0.Add(50*time.Second))
-			ra := newRecorder(t, usage.Options{Store: sa, Now: ca.Now})
-			rb := newRecorder(t, usage.Options{Store: sb, Now: cb.Now})
+			ra := newRecorder(t, usage.Options{Writer: node.UsageWriter(sa), Now: ca.Now})
+			rb := newRecorder(t, usage.Options{Writer: node.UsageWriter(sb), Now: cb.Now})
 			// One Limiter: the fleet's shared store.
 			l := testutil.Limiter(t, policyYAML, testutil.NewClock())
 
@@ -190,7 +192,7 @@ func TestCountsAddUpAcrossNodes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := usage.HashAPIKey("sk-live-1")
+			key := key.HashedAPIKey("sk-live-1")
 			want := []control.ViolationCount{
 				{Minute: m0.Add(61 * time.Minute), Rule: "per-user", Tenant: "globex", User: "u3", Endpoint: "/api/other", Denied: 3, Soft: 3, Limit: 5},
 				{Minute: m0, Rule: "per-user", Tenant: "acme", User: "u1", APIKey: key, IP: "192.0.2.1", Endpoint: "/api/items", Denied: 3, Soft: 3, Limit: 5},
@@ -223,7 +225,7 @@ func TestFullQueueDropsWithoutBlocking(t *testing.T) {
 		once.Do(func() { close(stalled); <-release })
 		return m0
 	}
-	rec := newRecorder(t, usage.Options{Store: st, Queue: 2, Now: now})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Queue: 2, Now: now})
 	l := testutil.Limiter(t, `
 rules:
   - {name: r, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}
@@ -257,7 +259,7 @@ func desc(k, v string) sluice.Descriptor {
 func TestEnvoyDescriptors(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: newClock(m0).Now})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now})
 	l := testutil.Limiter(t, `
 domain: edge
 descriptors:
@@ -323,7 +325,7 @@ descriptors:
 func TestEnvoyDescriptorsOfOneRequest(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: newClock(m0).Now})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now})
 	l := testutil.Limiter(t, `
 domain: edge
 descriptors:
@@ -382,7 +384,7 @@ descriptors:
 func TestUnstorableValues(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: newClock(m0).Now})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now})
 	l := testutil.Limiter(t, `
 rules:
   - {name: r, key: [tenant], algorithm: fixed_window, limit: 1, period: 1h}
@@ -417,7 +419,7 @@ rules:
 func TestMaxRows(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: newClock(m0).Now, MaxRows: 3})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now, MaxRows: 3})
 	l := testutil.Limiter(t, `
 rules:
   - {name: r, key: [user], algorithm: fixed_window, limit: 1, period: 1h}
@@ -444,7 +446,7 @@ rules:
 func TestCloseWritesWhatIsQueued(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec, err := usage.New(usage.Options{Store: st, Now: newClock(m0).Now, Flush: time.Hour})
+	rec, err := usage.New(usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now, Flush: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +476,7 @@ func TestStoreDownKeepsCounts(t *testing.T) {
 	st := openStore(t, func() (control.Store, error) { return postgres.Open(t.Context(), url, control.Options{}) })
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clk := newClock(m0)
-	rec := newRecorder(t, usage.Options{Store: st, Now: clk.Now, WriteTimeout: 5 * time.Second})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: clk.Now, WriteTimeout: 5 * time.Second})
 	l := testutil.Limiter(t, `
 rules:
   - {name: r, key: [user], algorithm: fixed_window, limit: 2, period: 1h}
@@ -514,7 +516,7 @@ func TestRetention(t *testing.T) {
 			now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 			st, _ := be.open(t, control.Options{Now: func() time.Time { return now }})
 			clk := newClock(now.Add(-31 * 24 * time.Hour))
-			rec := newRecorder(t, usage.Options{Store: st, Now: clk.Now})
+			rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: clk.Now})
 			yml := `
 rules:
   - {name: r, key: [user], algorithm: fixed_window, limit: 1, period: 1h}
@@ -567,7 +569,7 @@ rules:
 func TestAssignedIdentity(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: newClock(m0).Now})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now})
 	yml := `
 rules:
   - {name: per-user, key: [tenant, user], algorithm: fixed_window, limit: 1, period: 1h}
@@ -592,7 +594,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []control.ViolationCount{{Minute: m0, Rule: "per-user", Tenant: "acme", User: "alice", APIKey: usage.HashAPIKey("sk-acme"), Denied: 1, Limit: 1}}
+	want := []control.ViolationCount{{Minute: m0, Rule: "per-user", Tenant: "acme", User: "alice", APIKey: key.HashedAPIKey("sk-acme"), Denied: 1, Limit: 1}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Violations = %+v, want %+v", got, want)
 	}
@@ -612,7 +614,7 @@ func TestObserve(t *testing.T) {
 		got = map[string]int{}
 	)
 	at := time.Date(2026, 11, 23, 22, 50, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Store: st, Now: func() time.Time { return at }, Observe: func(o usage.Observation) {
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: func() time.Time { return at }, Observe: func(o usage.Observation) {
 		mu.Lock()
 		defer mu.Unlock()
 		got[fmt.Sprintf("%s %s %s %s %d %s", o.Rule, o.Tenant, o.User, o.APIKey, o.Outcome, o.At.Format(time.TimeOnly))]++
@@ -621,7 +623,7 @@ func TestObserve(t *testing.T) {
 	check(t, l, rec, sluice.Request{Tenant: "acme", User: "u1", APIKey: "sk-1"}, 8)
 	check(t, l, rec, sluice.Request{Tenant: "acme", User: "u1", APIKey: "internal-health"}, 2)
 	flush(t, rec)
-	k := usage.HashAPIKey("sk-1")
+	k := key.HashedAPIKey("sk-1")
 	want := map[string]int{
 		"per-user acme u1 " + k + " 0 22:50:00":   2,
 		"per-user acme u1 " + k + " 1 22:50:00":   3,

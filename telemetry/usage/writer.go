@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/internal/key"
 )
 
 // usageKey and violationKey are the rows of the counts; minute is Unix seconds / 60.
@@ -116,17 +116,17 @@ func (r *Recorder) add(c *counts, e *event) {
 		if rule == "" && res.envoy != nil {
 			rule = res.envoy.Label()
 		}
-		rule = storable(rule, control.MaxNameLen)
+		rule = storable(rule, MaxNameLen)
 		if rule == "" {
 			continue
 		}
 		if r.o.Observe != nil {
 			if apiKey == "" && e.apiKey != "" {
-				apiKey = HashAPIKey(e.apiKey)
+				apiKey = key.HashedAPIKey(e.apiKey)
 			}
 			r.o.Observe(Observation{Rule: rule, Tenant: e.tenant, User: e.user, APIKey: apiKey, IP: e.ip, Outcome: Outcome(res.outcome), At: now})
 		}
-		uk := usageKey{minute, rule, storable(e.tenant, control.MaxValueLen)}
+		uk := usageKey{minute, rule, storable(e.tenant, MaxValueLen)}
 		u := c.usage[uk]
 		if u == nil {
 			if c.rows() >= r.o.MaxRows {
@@ -156,10 +156,10 @@ func (r *Recorder) add(c *counts, e *event) {
 			continue
 		}
 		if apiKey == "" && e.apiKey != "" {
-			apiKey = HashAPIKey(e.apiKey)
+			apiKey = key.HashedAPIKey(e.apiKey)
 		}
-		vk := violationKey{minute, rule, uk.tenant, storable(e.user, control.MaxValueLen), apiKey,
-			storable(e.ip, control.MaxValueLen), storable(e.endpoint, control.MaxValueLen)}
+		vk := violationKey{minute, rule, uk.tenant, storable(e.user, MaxValueLen), apiKey,
+			storable(e.ip, MaxValueLen), storable(e.endpoint, MaxValueLen)}
 		v := c.violations[vk]
 		if v == nil {
 			if c.rows() >= r.o.MaxRows {
@@ -237,7 +237,7 @@ func (r *Recorder) write() {
 			switch {
 			case err == nil:
 				pending = nil
-			case errors.Is(err, control.ErrInvalid):
+			case errors.Is(err, ErrRefused):
 				r.log.Error("decision counts refused by the control store; dropped", "rows", pending.rows(), "err", err)
 				r.lost.Add(pending.total)
 				pending = nil
@@ -257,21 +257,21 @@ func (r *Recorder) write() {
 
 // store writes c in one AddCounts.
 func (r *Recorder) store(c *counts) error {
-	usage := make([]control.UsageCount, 0, len(c.usage))
+	usage := make([]UsageCount, 0, len(c.usage))
 	for k, v := range c.usage {
-		usage = append(usage, control.UsageCount{Minute: minuteTime(k.minute), Rule: k.rule, Tenant: k.tenant,
+		usage = append(usage, UsageCount{Minute: minuteTime(k.minute), Rule: k.rule, Tenant: k.tenant,
 			Allowed: v.allowed, Denied: v.denied, Soft: v.soft})
 	}
-	violations := make([]control.ViolationCount, 0, len(c.violations))
+	violations := make([]ViolationCount, 0, len(c.violations))
 	for k, v := range c.violations {
-		violations = append(violations, control.ViolationCount{Minute: minuteTime(k.minute), Rule: k.rule,
+		violations = append(violations, ViolationCount{Minute: minuteTime(k.minute), Rule: k.rule,
 			Tenant: k.tenant, User: k.user, APIKey: k.apiKey, IP: k.ip, Endpoint: k.endpoint,
 			Denied: v.denied, Soft: v.soft, Limit: v.limit})
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.o.WriteTimeout)
 	defer cancel()
 	start := time.Now()
-	err := r.o.Store.AddCounts(ctx, usage, violations)
+	err := r.o.Writer.WriteCounts(ctx, usage, violations)
 	r.writes.Add(1)
 	if err != nil {
 		r.writeErrors.Add(1)
@@ -284,7 +284,7 @@ func (r *Recorder) store(c *counts) error {
 
 func minuteTime(m int64) time.Time { return time.Unix(m*60, 0).UTC() }
 
-// storable returns s as the control store keeps text (control.CheckText): within max
+// storable returns s as the control store keeps text (control.CheckText, within MaxNameLen or MaxValueLen): within max
 // characters, valid UTF-8, no NUL. Request attributes may hold NUL and run to 1024 bytes; such
 // a value is kept readable, its NULs and invalid bytes replaced and its tail cut, and made
 // distinct again by a suffix of its hash ("~" and 16 hex digits), so two long values that

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/sqlite"
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkCheckHandlerEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	rec, err := usage.New(usage.Options{Store: st})
+	rec, err := usage.New(usage.Options{Writer: node.UsageWriter(st)})
 	if err != nil {
 		b.Fatal(err)
 	}

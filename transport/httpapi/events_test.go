@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/sqlite"
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
 )
 
@@ -20,7 +21,7 @@ func TestEventsCountChecksNotLooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rec, err := usage.New(usage.Options{Store: st, Flush: time.Hour})
+	rec, err := usage.New(usage.Options{Writer: node.UsageWriter(st), Flush: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/control/sqlite"
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
 
 // EnginePolicy is what the limiter behind usage and reset enforces.
@@ -73,6 +74,7 @@ func New(t testing.TB, opts ...func(*adminapi.Options)) *Env {
 		Limiter: lim,
 		Files:   func() adminapi.FilePolicy { return files },
 		Now:     clock.Now,
+		Fleet:   fleetstats.View{},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	for _, f := range opts {

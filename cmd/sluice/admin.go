@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/control/adminclient"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -117,9 +118,9 @@ func (o *adminOptions) client(cmd *cobra.Command) (*adminClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &adminClient{base: base, token: tok, tokenFrom: from, timeout: o.timeout}
+	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + version}
 	if o.verbose {
-		c.verbose = cmd.ErrOrStderr()
+		c.Verbose = cmd.ErrOrStderr()
 	}
 	return c, nil
 }
@@ -134,28 +135,11 @@ func serverURL(flag string) (string, error) {
 	if s == "" {
 		s = defaultAdminServer
 	}
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
+	base, err := adminclient.BaseURL(s)
+	if err != nil {
+		return "", fmt.Errorf("%s %w", name, err)
 	}
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("%s %q: want http://host:port or https://host:port", name, redactURL(s))
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%s %q: a base URL has no query or fragment", name, redactURL(s))
-	}
-	return strings.TrimRight(u.String(), "/"), nil
-}
-
-// redactURL hides a password in a URL that failed to parse as one.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	if at := strings.LastIndex(s, "@"); at >= 0 {
-		return "[redacted]" + s[at:]
-	}
-	return s
+	return base, nil
 }
 
 // resolveToken finds the token in the documented order and says where it came from. Errors
@@ -226,36 +210,36 @@ func (o *adminOptions) run(f func(cmd *cobra.Command, c *adminClient, args []str
 // showList prints a list answer: as is with -o json, else the table of body[key].
 func (o *adminOptions) showList(cmd *cobra.Command, a *answer, key string, cols []column) error {
 	if o.jsonOut() {
-		return writeRaw(out(cmd), a.body)
+		return writeRaw(out(cmd), a.Body)
 	}
-	return printList(out(cmd), a.body, key, cols)
+	return printList(out(cmd), a.Body, key, cols)
 }
 
 // showResource prints one resource, read or changed: as is with -o json, else its fields,
 // its ETag (for --if-match) and, for a change, the policy version that includes it.
 func (o *adminOptions) showResource(cmd *cobra.Command, a *answer) error {
 	if o.jsonOut() {
-		return writeRaw(out(cmd), a.body)
+		return writeRaw(out(cmd), a.Body)
 	}
-	return printObject(out(cmd), a.body, [2]string{"etag", a.etag()}, [2]string{"policy_version", a.policyVersion()})
+	return printObject(out(cmd), a.Body, [2]string{"etag", a.ETag()}, [2]string{"policy_version", a.PolicyVersion()})
 }
 
 // showDeleted reports a deletion, which answers 204 without a body: a line for people, and
 // for scripts the one fact the answer carries, {"policy_version": "..."}.
 func (o *adminOptions) showDeleted(cmd *cobra.Command, what string, a *answer) error {
 	if o.jsonOut() {
-		b, _ := json.Marshal(map[string]string{"policy_version": a.policyVersion()})
+		b, _ := json.Marshal(map[string]string{"policy_version": a.PolicyVersion()})
 		return writeRaw(out(cmd), b)
 	}
-	_, err := fmt.Fprintf(out(cmd), "deleted %s (policy version %s)\n", sanitize(what), sanitize(a.policyVersion()))
+	_, err := fmt.Fprintf(out(cmd), "deleted %s (policy version %s)\n", sanitize(what), sanitize(a.PolicyVersion()))
 	return err
 }
 
 // changeFlagsOf registers --if-match and --reason on a change.
 func changeFlagsOf(cmd *cobra.Command) *changeFlags {
 	ch := &changeFlags{}
-	cmd.Flags().StringVar(&ch.ifMatch, "if-match", "", `change only if the resource's ETag is still this (as "get" shows it); * = only if it exists`)
-	cmd.Flags().StringVar(&ch.reason, "reason", "", "why, for the audit log")
+	cmd.Flags().StringVar(&ch.IfMatch, "if-match", "", `change only if the resource's ETag is still this (as "get" shows it); * = only if it exists`)
+	cmd.Flags().StringVar(&ch.Reason, "reason", "", "why, for the audit log")
 	return ch
 }
 
@@ -276,15 +260,15 @@ func bodyFromFlags(cmd *cobra.Command, body *object, names ...string) error {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return fmt.Errorf("--%s %s: want a finite number", n, fl.Value.String())
 			}
-			body.set(field, v)
+			body.Set(field, v)
 		case "int64":
 			v, _ := f.GetInt64(n)
-			body.set(field, v)
+			body.Set(field, v)
 		case "bool":
 			v, _ := f.GetBool(n)
-			body.set(field, v)
+			body.Set(field, v)
 		default:
-			body.set(field, fl.Value.String())
+			body.Set(field, fl.Value.String())
 		}
 	}
 	return nil

@@ -36,7 +36,7 @@ the ones a request carries. KIND is api_key, user or tenant.`
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List the assignments", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("identities"), o.queryFromFlags(cmd, nil, "kind"))
+			a, err := c.Get(cmd.Context(), adminPath("identities"), o.queryFromFlags(cmd, nil, "kind"))
 			if err != nil {
 				return err
 			}
@@ -60,7 +60,7 @@ the ones a request carries. KIND is api_key, user or tenant.`
 			return err
 		}
 		b, _ := json.Marshal(body)
-		a, err := c.send(cmd.Context(), http.MethodPut, adminPath("identities", args[0], args[1]), b, *setChange)
+		a, err := c.Send(cmd.Context(), http.MethodPut, adminPath("identities", args[0], args[1]), b, *setChange)
 		if err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ the ones a request carries. KIND is api_key, user or tenant.`
 	get := &cobra.Command{
 		Use: "get KIND VALUE", Short: "Show an assignment and its ETag", Args: cobra.ExactArgs(2),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-			a, err := c.get(cmd.Context(), adminPath("identities", args[0], args[1]), nil)
+			a, err := c.Get(cmd.Context(), adminPath("identities", args[0], args[1]), nil)
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ the ones a request carries. KIND is api_key, user or tenant.`
 	del := &cobra.Command{Use: "delete KIND VALUE", Aliases: []string{"rm"}, Short: "Delete an assignment", Args: cobra.ExactArgs(2)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		a, err := c.send(cmd.Context(), http.MethodDelete, adminPath("identities", args[0], args[1]), nil, *delChange)
+		a, err := c.Send(cmd.Context(), http.MethodDelete, adminPath("identities", args[0], args[1]), nil, *delChange)
 		if err != nil {
 			return err
 		}
@@ -107,13 +107,13 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 	role := create.Flags().String("role", "", "read (every GET), write (read and every change), admin (write and tokens)")
 	_ = create.MarkFlagRequired("role")
 	create.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		b, _ := json.Marshal(object{{"name", mustJSON(args[0])}, {"role", mustJSON(*role)}})
-		a, err := c.send(cmd.Context(), http.MethodPost, adminPath("tokens"), b, changeFlags{})
+		b, _ := json.Marshal(object{{Name: "name", Value: mustJSON(args[0])}, {Name: "role", Value: mustJSON(*role)}})
+		a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("tokens"), b, changeFlags{})
 		if err != nil {
 			return err
 		}
 		if o.jsonOut() {
-			return writeRaw(out(cmd), a.body)
+			return writeRaw(out(cmd), a.Body)
 		}
 		var t struct {
 			Name          string `json:"name"`
@@ -121,7 +121,7 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 			Token         string `json:"token"`
 			PolicyVersion string `json:"policy_version"`
 		}
-		if err := json.Unmarshal(a.body, &t); err != nil {
+		if err := json.Unmarshal(a.Body, &t); err != nil {
 			return fmt.Errorf("read the answer: %w", err)
 		}
 		if t.Token == "" {
@@ -138,7 +138,7 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List token names and roles (never secrets)", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("tokens"), nil)
+			a, err := c.Get(cmd.Context(), adminPath("tokens"), nil)
 			if err != nil {
 				return err
 			}
@@ -148,7 +148,7 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 	del := &cobra.Command{Use: "delete NAME", Aliases: []string{"rm"}, Short: "Delete a token: its secret stops working at once", Args: cobra.ExactArgs(1)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		a, err := c.send(cmd.Context(), http.MethodDelete, adminPath("tokens", args[0]), nil, *delChange)
+		a, err := c.Send(cmd.Context(), http.MethodDelete, adminPath("tokens", args[0]), nil, *delChange)
 		if err != nil {
 			return err
 		}

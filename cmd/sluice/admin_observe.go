@@ -70,7 +70,7 @@ func auditCommand(o *adminOptions) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, []string{"since", "until"}, "since", "until", "actor", "action", "kind", "target", "limit", "before-id")
-			a, err := c.get(cmd.Context(), adminPath("audit"), q)
+			a, err := c.Get(cmd.Context(), adminPath("audit"), q)
 			if err != nil {
 				return err
 			}
@@ -98,14 +98,14 @@ func usageCommand(o *adminOptions) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, nil, "tenant", "user", "api-key", "ip", "endpoint", "method", "tier")
-			a, err := c.get(cmd.Context(), adminPath("usage"), q)
+			a, err := c.Get(cmd.Context(), adminPath("usage"), q)
 			if err != nil {
 				return err
 			}
 			if o.jsonOut() {
-				return writeRaw(out(cmd), a.body)
+				return writeRaw(out(cmd), a.Body)
 			}
-			return printUsage(cmd, a.body)
+			return printUsage(cmd, a.Body)
 		}),
 	}
 	f := cmd.Flags()
@@ -119,7 +119,7 @@ func usageCommand(o *adminOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, []string{"from", "to"}, "rule", "tenant", "from", "to", "step")
-			a, err := c.get(cmd.Context(), adminPath("usage", "history"), q)
+			a, err := c.Get(cmd.Context(), adminPath("usage", "history"), q)
 			if err != nil {
 				return err
 			}
@@ -144,7 +144,7 @@ func printUsage(cmd *cobra.Command, body []byte) error {
 	}
 	summary := o[:0:0]
 	for _, m := range o {
-		if m.name != "results" {
+		if m.Name != "results" {
 			summary = append(summary, m)
 		}
 	}
@@ -166,7 +166,7 @@ func violationsCommand(o *adminOptions) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, []string{"since", "until"}, "tenant", "user", "api-key", "ip", "rule", "since", "until", "limit")
-			a, err := c.get(cmd.Context(), adminPath("violations"), q)
+			a, err := c.Get(cmd.Context(), adminPath("violations"), q)
 			if err != nil {
 				return err
 			}
@@ -191,7 +191,7 @@ func nodesCommand(o *adminOptions) *cobra.Command {
 		Short: "The live nodes and the policy version each enforces",
 		Args:  cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("nodes"), nil)
+			a, err := c.Get(cmd.Context(), adminPath("nodes"), nil)
 			if err != nil {
 				return err
 			}
@@ -218,21 +218,21 @@ func resetCommand(o *adminOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				body.set("descriptors", ds)
+				body.Set("descriptors", ds)
 			}
 			if err := bodyFromFlags(cmd, &body, "rule"); err != nil {
 				return err
 			}
 			b, _ := json.Marshal(body)
-			a, err := c.send(cmd.Context(), http.MethodPost, adminPath("reset"), b, changeFlags{})
+			a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("reset"), b, changeFlags{})
 			if err != nil {
 				return err
 			}
 			if o.jsonOut() {
-				return writeRaw(out(cmd), a.body)
+				return writeRaw(out(cmd), a.Body)
 			}
 			// A reset changes counters, not the policy: the version is the one it ran under.
-			return printObject(out(cmd), a.body, [2]string{"policy_version", a.policyVersion()})
+			return printObject(out(cmd), a.Body, [2]string{"policy_version", a.PolicyVersion()})
 		}),
 	}
 	f := cmd.Flags()

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,89 +11,16 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+
+	"github.com/sluicehq/sluice/control/adminclient"
 )
 
-// object is a JSON object with its members in order: bodies the CLI builds from a file and
-// flags keep the file's order (the server stores a rule as it is given), and answers print
-// in the server's order.
-type object []member
+// object is a request or answer body with its members in order.
+type object = adminclient.Object
 
-type member struct {
-	name  string
-	value json.RawMessage
-}
+type member = adminclient.Member
 
-// set replaces or appends the member name with v as JSON.
-func (o *object) set(name string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // callers pass strings, integers, booleans, finite floats (bodyFromFlags checks) and slices and maps of strings
-		panic(fmt.Sprintf("encode %s: %v", name, err))
-	}
-	o.setRaw(name, b)
-}
-
-func (o *object) setRaw(name string, v json.RawMessage) {
-	for i := range *o {
-		if (*o)[i].name == name {
-			(*o)[i].value = v
-			return
-		}
-	}
-	*o = append(*o, member{name, v})
-}
-
-// get returns the value of the member name.
-func (o object) get(name string) (json.RawMessage, bool) {
-	for _, m := range o {
-		if m.name == name {
-			return m.value, true
-		}
-	}
-	return nil, false
-}
-
-// MarshalJSON renders the members in order.
-func (o object) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, m := range o {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(m.name)
-		b.Write(name)
-		b.WriteByte(':')
-		b.Write(m.value)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// parseObject reads a JSON object's members in order.
-func parseObject(raw []byte) (object, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errors.New("not a JSON object")
-	}
-	var o object
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		o = append(o, member{k.(string), v})
-	}
-	return o, nil
-}
+var parseObject = adminclient.ParseObject
 
 // cellKind says how a column renders its values.
 type cellKind int
@@ -147,19 +73,19 @@ func printObject(w io.Writer, body []byte, extra ...[2]string) error {
 	}
 	rows := make([][]string, 0, len(o)+len(extra))
 	for _, m := range o {
-		v := cell(m.value, cellPlain)
-		if m.name == "at" || strings.HasSuffix(m.name, "_at") {
-			v = cell(m.value, cellTime)
-		} else if d := cell(m.value, cellMillis); strings.HasSuffix(m.name, "_ms") && d != v {
+		v := cell(m.Value, cellPlain)
+		if m.Name == "at" || strings.HasSuffix(m.Name, "_at") {
+			v = cell(m.Value, cellTime)
+		} else if d := cell(m.Value, cellMillis); strings.HasSuffix(m.Name, "_ms") && d != v {
 			v += " (" + d + ")"
 		}
-		rows = append(rows, []string{m.name, v})
+		rows = append(rows, []string{m.Name, v})
 	}
 	for _, e := range extra {
 		if e[1] == "" {
 			continue
 		}
-		if _, ok := o.get(e[0]); !ok {
+		if _, ok := o.Get(e[0]); !ok {
 			rows = append(rows, []string{e[0], sanitize(e[1])})
 		}
 	}

@@ -42,7 +42,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 		Use: "list", Aliases: []string{"ls"}, Short: "List the active overrides", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, nil, "tenant", "user", "api-key", "source")
-			a, err := c.get(cmd.Context(), adminPath("overrides"), q)
+			a, err := c.Get(cmd.Context(), adminPath("overrides"), q)
 			if err != nil {
 				return err
 			}
@@ -69,7 +69,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 				return err
 			}
 			b, _ := json.Marshal(body)
-			a, err := c.send(cmd.Context(), http.MethodPost, adminPath("overrides"), b, changeFlags{})
+			a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("overrides"), b, changeFlags{})
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get ID", Short: "Show an override and its ETag", Args: cobra.ExactArgs(1),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-			a, err := c.get(cmd.Context(), adminPath("overrides", args[0]), nil)
+			a, err := c.Get(cmd.Context(), adminPath("overrides", args[0]), nil)
 			if err != nil {
 				return err
 			}
@@ -103,7 +103,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	del := &cobra.Command{Use: "delete ID", Aliases: []string{"rm"}, Short: "Delete an override now", Args: cobra.ExactArgs(1)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		a, err := c.send(cmd.Context(), http.MethodDelete, adminPath("overrides", args[0]), nil, *delChange)
+		a, err := c.Send(cmd.Context(), http.MethodDelete, adminPath("overrides", args[0]), nil, *delChange)
 		if err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func exemptionsCommand(o *adminOptions) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List the active exemptions", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("exemptions"), o.queryFromFlags(cmd, nil, "source"))
+			a, err := c.Get(cmd.Context(), adminPath("exemptions"), o.queryFromFlags(cmd, nil, "source"))
 			if err != nil {
 				return err
 			}
@@ -139,7 +139,7 @@ func exemptionsCommand(o *adminOptions) *cobra.Command {
 				return err
 			}
 			b, _ := json.Marshal(body)
-			a, err := c.send(cmd.Context(), http.MethodPost, adminPath("exemptions"), b, changeFlags{})
+			a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("exemptions"), b, changeFlags{})
 			if err != nil {
 				return err
 			}
@@ -157,7 +157,7 @@ func exemptionsCommand(o *adminOptions) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get ID", Short: "Show an exemption and its ETag", Args: cobra.ExactArgs(1),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-			a, err := c.get(cmd.Context(), adminPath("exemptions", args[0]), nil)
+			a, err := c.Get(cmd.Context(), adminPath("exemptions", args[0]), nil)
 			if err != nil {
 				return err
 			}
@@ -167,7 +167,7 @@ func exemptionsCommand(o *adminOptions) *cobra.Command {
 	del := &cobra.Command{Use: "delete ID", Aliases: []string{"rm"}, Short: "Delete an exemption now", Args: cobra.ExactArgs(1)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		a, err := c.send(cmd.Context(), http.MethodDelete, adminPath("exemptions", args[0]), nil, *delChange)
+		a, err := c.Send(cmd.Context(), http.MethodDelete, adminPath("exemptions", args[0]), nil, *delChange)
 		if err != nil {
 			return err
 		}

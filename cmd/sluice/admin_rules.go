@@ -33,7 +33,7 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List the rules: policy files' and the API's", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("rules"), nil)
+			a, err := c.Get(cmd.Context(), adminPath("rules"), nil)
 			if err != nil {
 				return err
 			}
@@ -43,7 +43,7 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get NAME", Short: "Show a rule and its ETag", Args: cobra.ExactArgs(1),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-			a, err := c.get(cmd.Context(), adminPath("rules", args[0]), nil)
+			a, err := c.Get(cmd.Context(), adminPath("rules", args[0]), nil)
 			if err != nil {
 				return err
 			}
@@ -65,10 +65,10 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 			return err
 		}
 		if len(args) == 1 {
-			body.set("name", args[0])
+			body.Set("name", args[0])
 		}
 		b, _ := json.Marshal(body)
-		a, err := c.send(cmd.Context(), http.MethodPost, adminPath("rules"), b, changeFlags{})
+		a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("rules"), b, changeFlags{})
 		if err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 			return errors.New("nothing to send: give the whole rule with --file or rule flags (to change a few fields, use patch)")
 		}
 		b, _ := json.Marshal(body)
-		a, err := c.send(cmd.Context(), http.MethodPut, adminPath("rules", args[0]), b, *updateChange)
+		a, err := c.Send(cmd.Context(), http.MethodPut, adminPath("rules", args[0]), b, *updateChange)
 		if err != nil {
 			return err
 		}
@@ -118,8 +118,8 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 			return errors.New("nothing to change: give --file, rule flags or --unset")
 		}
 		b, _ := json.Marshal(body)
-		a, err := c.do(cmd.Context(), request{method: http.MethodPatch, path: adminPath("rules", args[0]), body: b,
-			contentType: "application/merge-patch+json", ifMatch: patchChange.ifMatch, reason: patchChange.reason})
+		a, err := c.Do(cmd.Context(), request{Method: http.MethodPatch, Path: adminPath("rules", args[0]), Body: b,
+			ContentType: "application/merge-patch+json", IfMatch: patchChange.IfMatch, Reason: patchChange.Reason})
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func rulesCommand(o *adminOptions) *cobra.Command {
 	del := &cobra.Command{Use: "delete NAME", Aliases: []string{"rm"}, Short: "Delete an API rule", Args: cobra.ExactArgs(1)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		a, err := c.send(cmd.Context(), http.MethodDelete, adminPath("rules", args[0]), nil, *delChange)
+		a, err := c.Send(cmd.Context(), http.MethodDelete, adminPath("rules", args[0]), nil, *delChange)
 		if err != nil {
 			return err
 		}
@@ -184,18 +184,18 @@ func (rf *ruleFlags) body(cmd *cobra.Command) (object, error) {
 		return nil, err
 	}
 	if cmd.Flags().Changed("key") {
-		body.set("key", rf.keys)
+		body.Set("key", rf.keys)
 	}
 	if len(rf.match) > 0 {
 		var match object
-		if raw, ok := body.get("match"); ok {
+		if raw, ok := body.Get("match"); ok {
 			var err error
 			if match, err = parseObject(raw); err != nil {
 				return nil, fmt.Errorf("match: %w", err)
 			}
 		}
 		var desc object
-		if raw, ok := match.get("descriptors"); ok {
+		if raw, ok := match.Get("descriptors"); ok {
 			var err error
 			if desc, err = parseObject(raw); err != nil {
 				return nil, fmt.Errorf("match.descriptors: %w", err)
@@ -207,17 +207,17 @@ func (rf *ruleFlags) body(cmd *cobra.Command) (object, error) {
 				return nil, fmt.Errorf("--match %q: want FIELD=VALUE, such as endpoint=/api/*", kv)
 			}
 			if name, ok := strings.CutPrefix(k, "descriptors."); ok {
-				desc.set(name, v)
+				desc.Set(name, v)
 				continue
 			}
-			match.set(k, v)
+			match.Set(k, v)
 		}
 		if len(desc) > 0 {
 			b, _ := json.Marshal(desc)
-			match.setRaw("descriptors", b)
+			match.SetRaw("descriptors", b)
 		}
 		b, _ := json.Marshal(match)
-		body.setRaw("match", b)
+		body.SetRaw("match", b)
 	}
 	for _, path := range rf.unset {
 		if err := unset(&body, strings.Split(path, ".")); err != nil {
@@ -233,11 +233,11 @@ func unset(o *object, path []string) error {
 		return errors.New("empty field name")
 	}
 	if len(path) == 1 {
-		o.setRaw(path[0], json.RawMessage("null"))
+		o.SetRaw(path[0], json.RawMessage("null"))
 		return nil
 	}
 	var sub object
-	if raw, ok := o.get(path[0]); ok && len(raw) > 0 && raw[0] == '{' {
+	if raw, ok := o.Get(path[0]); ok && len(raw) > 0 && raw[0] == '{' {
 		var err error
 		if sub, err = parseObject(raw); err != nil {
 			return err
@@ -247,7 +247,7 @@ func unset(o *object, path []string) error {
 		return err
 	}
 	b, _ := json.Marshal(sub)
-	o.setRaw(path[0], b)
+	o.SetRaw(path[0], b)
 	return nil
 }
 
@@ -334,7 +334,7 @@ func yamlToJSON(n *yaml.Node, path string, budget *int) ([]byte, error) {
 				return nil, err
 			}
 			// Appended, not set: a name given twice reaches the server, which names it.
-			o = append(o, member{k.Value, b})
+			o = append(o, member{Name: k.Value, Value: b})
 		}
 		return json.Marshal(o)
 	case yaml.SequenceNode:

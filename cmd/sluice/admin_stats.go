@@ -18,15 +18,15 @@ func statsCommand(o *adminOptions) *cobra.Command {
   sluice admin stats -o json`,
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.get(cmd.Context(), adminPath("stats"), nil)
+			a, err := c.Get(cmd.Context(), adminPath("stats"), nil)
 			if err != nil {
 				return err
 			}
 			if o.jsonOut() {
-				return writeRaw(out(cmd), a.body)
+				return writeRaw(out(cmd), a.Body)
 			}
 			var f fleetstats.Fleet
-			if err := json.Unmarshal(a.body, &f); err != nil {
+			if err := json.Unmarshal(a.Body, &f); err != nil {
 				return fmt.Errorf("read the answer: %w", err)
 			}
 			w := out(cmd)
@@ -61,17 +61,17 @@ summary. COUNT is at most what the consumer sent, COUNT-ERROR at least.`,
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			q := o.queryFromFlags(cmd, nil, "rule", "limit")
-			a, err := c.get(cmd.Context(), adminPath("top"), q)
+			a, err := c.Get(cmd.Context(), adminPath("top"), q)
 			if err != nil {
 				return err
 			}
 			if o.jsonOut() {
-				return writeRaw(out(cmd), a.body)
+				return writeRaw(out(cmd), a.Body)
 			}
 			var top struct {
 				Rules []fleetstats.TopRule `json:"rules"`
 			}
-			if err := json.Unmarshal(a.body, &top); err != nil {
+			if err := json.Unmarshal(a.Body, &top); err != nil {
 				return fmt.Errorf("read the answer: %w", err)
 			}
 			rows := [][]string{{"RULE", "TENANT", "CONSUMER", "COUNT", "ERROR"}}

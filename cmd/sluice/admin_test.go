@@ -78,7 +78,7 @@ type result struct {
 }
 
 // runCLI runs `sluice ARGS...` in-process and reports what main would: the error on stderr as
-// "sluice: ...", and the exit code of an exitError, else 1.
+// "sluice: ...", and the exit code main gives it.
 func runCLI(t *testing.T, now func() time.Time, stdin string, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "sluice", SilenceUsage: true, SilenceErrors: true}
@@ -92,10 +92,7 @@ func runCLI(t *testing.T, now func() time.Time, stdin string, args ...string) re
 	code := 0
 	if err != nil {
 		fmt.Fprintln(&stderr, "sluice:", err)
-		code = 1
-		if ce, ok := err.(exitError); ok {
-			code = ce.code
-		}
+		code = exitCode(err)
 	}
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }

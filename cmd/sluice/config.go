@@ -1,17 +1,14 @@
 package main
 
 import (
-	_ "embed"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/policy"
 )
-
-//go:embed default-policy.yaml
-var defaultPolicy []byte
 
 func configCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Work with policy files"}
@@ -31,7 +28,7 @@ func configCommand() *cobra.Command {
 					}
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", path, describe(snap))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", path, node.Describe(snap))
 			}
 			if failed > 0 {
 				return exitError{code: 1, msg: fmt.Sprintf("%d of %d invalid", failed, len(args))}
@@ -41,7 +38,7 @@ func configCommand() *cobra.Command {
 	}, &cobra.Command{
 		Use:   "show",
 		Short: "Print the built-in policy that serve uses without --config",
-		Run:   func(cmd *cobra.Command, _ []string) { cmd.OutOrStdout().Write(defaultPolicy) },
+		Run:   func(cmd *cobra.Command, _ []string) { cmd.OutOrStdout().Write(node.DefaultPolicy) },
 	})
 	return cmd
 }
@@ -52,21 +49,4 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// describe summarises a snapshot for logs and validate's output.
-func describe(s *policy.Snapshot) string {
-	domains := 0
-	if e := s.Envoy(); e != nil {
-		domains = len(e.Domains())
-	}
-	return fmt.Sprintf("%d rules, %d Envoy domains, version %s", len(s.Rules()), domains, s.Version)
-}
-
-// loadFiles reads the policy files at path, or the built-in policy when path is empty.
-func loadFiles(path string) (*policy.Files, error) {
-	if path == "" {
-		return policy.ParseFiles(map[string][]byte{"built-in default-policy.yaml": defaultPolicy})
-	}
-	return policy.ReadFiles(path)
 }

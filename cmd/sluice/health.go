@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/internal/tlsreload"
 )
 
 // healthCommand is `sluice health`: one GET of a health endpoint, exit 0 on 200 and 1 on
@@ -97,13 +98,9 @@ func healthClient(timeout time.Duration, caFile, certFile, keyFile string, insec
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := tlsreload.CertPool(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", caFile)
 		}
 		tc.RootCAs = pool
 	}

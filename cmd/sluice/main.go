@@ -9,10 +9,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/control/adminclient"
+	"github.com/sluicehq/sluice/node"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,12 +36,20 @@ func main() {
 	})
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		code := 1
-		if ce, ok := err.(exitError); ok {
-			code = ce.code
-		}
-		os.Exit(code)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit code of a command's error: an exitError's own, an admin API error's
+// by its status, else 1.
+func exitCode(err error) int {
+	var ae *adminclient.Error
+	if ce, ok := err.(exitError); ok {
+		return ce.code
+	} else if errors.As(err, &ae) {
+		return adminExitCode(ae.Status)
+	}
+	return 1
 }
 
 // exitError carries a specific exit code: sluice check exits 2 when the request is denied.
@@ -48,11 +60,5 @@ type exitError struct {
 
 func (e exitError) Error() string { return e.msg }
 
-// envDefault returns the environment variable's value, or def: every flag can also be set by
-// environment, for containers.
-func envDefault(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
+// envDefault returns the environment variable's value, or def.
+var envDefault = node.EnvDefault

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -43,7 +44,7 @@ func TestReadmeMatchesTheBinary(t *testing.T) {
 		}
 	})
 	t.Run("example rules exist in the built-in policy", func(t *testing.T) {
-		files, err := loadFiles("")
+		files, err := policy.ParseFiles(map[string][]byte{"built-in": node.DefaultPolicy})
 		if err != nil {
 			t.Fatal(err)
 		}

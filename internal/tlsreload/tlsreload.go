@@ -227,15 +227,25 @@ func (r *Reloader) load() (*state, error) {
 	}
 	st := &state{cert: &cert}
 	if r.opts.ClientCAFile != "" {
-		pem, err := os.ReadFile(r.opts.ClientCAFile)
+		pool, err := CertPool(r.opts.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls client CA %s holds no PEM certificate", r.opts.ClientCAFile)
 		}
 		st.clientCAs = pool
 	}
 	return st, nil
+}
+
+// CertPool reads a PEM file of CA certificates into a pool; a file without one is an error,
+// not an empty pool that would refuse every peer without saying why.
+func CertPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return pool, nil
 }

@@ -13,13 +13,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -294,13 +292,9 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 		if opt.TLSConfig == nil {
 			return opt, false, errors.New("--store: tls_ca_file needs rediss:// or tls=true")
 		}
-		pem, err := os.ReadFile(path)
+		pool, err := tlsreload.CertPool(path)
 		if err != nil {
 			return opt, false, fmt.Errorf("--store: tls_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return opt, false, fmt.Errorf("--store: tls_ca_file %s holds no PEM certificate", path)
 		}
 		opt.TLSConfig.RootCAs = pool
 	}

@@ -1,0 +1,692 @@
+// Package node is Sluice's composition root: New builds a whole node from its Config (the
+// stores, the engine, the control plane's follower and services, telemetry and the three
+// transports), Run serves until its context ends and drains, and Close unwinds exactly what
+// New built, in reverse. The binary (cmd/sluice) only parses flags into a Config; tests start
+// a node in-process the same way.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/follower"
+	"github.com/sluicehq/sluice/internal/tlsreload"
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store/breaker"
+	"github.com/sluicehq/sluice/store/hotkey"
+	"github.com/sluicehq/sluice/store/memory"
+	redisstore "github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/telemetry/metrics"
+	"github.com/sluicehq/sluice/transport/grpcapi"
+	"github.com/sluicehq/sluice/transport/httpapi"
+	"github.com/sluicehq/sluice/transport/overload"
+	"github.com/sluicehq/sluice/transport/rls"
+)
+
+// Config is everything a node is told: the flags of `sluice serve` and their environment
+// variables (RegisterFlags, ReadEnv), validated once by New and passed down.
+type Config struct {
+	// Version is what the node reports as its build (`sluice version`).
+	Version          string
+	config           string
+	httpAddr         string
+	grpcAddr         string
+	dataDir          string
+	storeURL         string
+	snapshotInterval time.Duration
+	logLevel         string
+	logFormat        string
+	maxBody          int64
+	responseHeaders  bool
+	pprof            bool
+	grpcWorkers      int
+	gcPercent        int
+	memory           memoryFlags // --memory-limit (serve_memory.go)
+	storeTimeout     time.Duration
+	storeDeadline    storeDeadlineFlags // serve_storedeadline.go
+	maxInFlight      int
+	hotKeys          bool
+	hotKeyThreshold  int
+	hotKeyOverage    float64
+	fleetSize        int
+	control          string
+	auditRetention   time.Duration
+	countsRetention  time.Duration
+	nodeID           string
+	adminTokenFile   string
+	tls              tlsFlags
+	statsd           statsdFlags
+	abuse            abuseFlags
+	tracing          tracingFlags
+	shadow           bool
+	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
+	events           eventsConfig
+	region           regionFlags // serve_region.go
+}
+
+// maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
+const maxGRPCWorkers = 1 << 16
+
+// Help is the long help of `sluice serve`.
+const Help = `Run the rate-limit service.
+
+With no flags it runs on the embedded default: the memory store with snapshots under ./data,
+the SQLite control store ./data/control.db, the built-in example policy (sluice config show),
+HTTP on 127.0.0.1:8080 and gRPC on 127.0.0.1:8081. Every flag can also be set by the
+environment variable named in its help. The policy files reload on SIGHUP and when they
+change; an invalid new policy is logged and the running one kept. Changes made in the
+control store are compiled with the files and enforced within a second; while the control
+store is down the node keeps enforcing the last policy it compiled.`
+
+// RegisterFlags registers the node's flags on cmd (`sluice serve`), each with the environment
+// variable named in its help as its default.
+func (c *Config) RegisterFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
+	f.StringVar(&c.httpAddr, "http", EnvDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
+	f.StringVar(&c.grpcAddr, "grpc", EnvDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
+	f.StringVar(&c.dataDir, "data-dir", EnvDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
+	f.StringVar(&c.control, "control", EnvDefault("SLUICE_CONTROL", controlSQLite), "control store of rules, overrides, exemptions, identities, tokens and audit: sqlite (<data-dir>/control.db, one node) or postgres://user:pass@host:5432/db (a fleet) (SLUICE_CONTROL)")
+	c.auditRetention = retentionEnv("SLUICE_AUDIT_RETENTION", follower.DefaultAuditRetention)
+	f.Var(durationFlag{&c.auditRetention}, "audit-retention", "how long audit events are kept, e.g. 365d (SLUICE_AUDIT_RETENTION)")
+	c.countsRetention = retentionEnv("SLUICE_VIOLATIONS_RETENTION", follower.DefaultCountsRetention)
+	f.Var(durationFlag{&c.countsRetention}, "violations-retention", "how long violation and usage counts are kept, e.g. 30d (SLUICE_VIOLATIONS_RETENTION)")
+	f.StringVar(&c.adminTokenFile, "admin-token-file", EnvDefault("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the bootstrap admin token (named bootstrap); SLUICE_ADMIN_TOKEN wins when set; with neither, the first start writes a random one to <data-dir>/admin.token (SLUICE_ADMIN_TOKEN_FILE)")
+	f.StringVar(&c.nodeID, "node-id", EnvDefault("SLUICE_NODE_ID", ""), "this node's id in the control store's node list; default hostname:http-port (SLUICE_NODE_ID)")
+	f.StringVar(&c.storeURL, "store", EnvDefault("SLUICE_STORE", "memory"), "store: memory, or redis://[user:pass@]host:port/db, rediss://..., redis-sentinel://h1,h2/master, redis-cluster://h1,h2,... (SLUICE_STORE)")
+	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
+	f.StringVar(&c.logLevel, "log-level", EnvDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
+	f.StringVar(&c.logFormat, "log-format", EnvDefault("SLUICE_LOG_FORMAT", "text"), "text or json (SLUICE_LOG_FORMAT)")
+	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes")
+	f.DurationVar(&c.storeTimeout, "store-timeout", durationEnv("SLUICE_STORE_TIMEOUT", 10*time.Millisecond), "deadline of each call to a shared store; past it, and while the circuit breaker is open, rules follow on_store_error (SLUICE_STORE_TIMEOUT)")
+	f.IntVar(&c.maxInFlight, "max-inflight", intEnv("SLUICE_MAX_INFLIGHT", 4096), "requests decided at once; more are refused at once with 503 / RESOURCE_EXHAUSTED (SLUICE_MAX_INFLIGHT)")
+	f.BoolVar(&c.hotKeys, "hot-keys", os.Getenv("SLUICE_HOT_KEYS") == "true", "with a shared store, decide each node's hottest keys locally and write their hits back every 50 ms (SLUICE_HOT_KEYS=true)")
+	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot; a hot key below half of it goes back to the store (SLUICE_HOT_KEY_THRESHOLD)")
+	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
+	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
+	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
+	f.IntVar(&c.gcPercent, "gc-percent", 0, "Go GC target percentage, unless GOGC is set; 0 = auto: 400 under a memory limit, which bounds the heap (at 100 the collector took ~20% of the CPU under load), else 100")
+	c.memory.register(f)
+	c.tls.register(cmd)
+	c.statsd.register(f)
+	c.storeDeadline.register(f)
+	c.tracing.register(f)
+	addAbuseFlags(f, &c.abuse)
+	eventFlags(f, &c.events)
+	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
+	envoyFlags(f, c)
+	c.region.register(f)
+}
+
+// ReadEnv reads, once the flags are parsed, the settings that only the environment gives:
+// LIMIT_RESPONSE_HEADERS_ENABLED, the seeds' ABUSE_* variables and the variables of Envoy's
+// reference service, which flags given on the command line win over.
+func (c *Config) ReadEnv(flags *pflag.FlagSet) error {
+	c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+	if err := applyAbuseEnv(flags); err != nil {
+		return err
+	}
+	return c.readEnvoy(flags)
+}
+
+func newLogger(c Config) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", c.logFormat)
+}
+
+// Node is one Sluice node, built by New. Its parts are closed in the reverse order of their
+// building, by Close (or by New itself when a later part fails).
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	closers []func() error // the closer stack: every part pushes its Close as it is built
+
+	src       *policySource
+	storeName string
+	ctrlName  string
+	m         *metrics.Metrics
+	lim       *sluice.Limiter
+	rt        *follower.Runtime
+
+	httpLn, grpcLn net.Listener
+	httpSrv        *http.Server
+	grpcSrv        *grpc.Server
+	serverTLS      *tlsreload.Reloader
+	healthSrv      *health.Server
+	healthcheck    *rls.Healthcheck
+	closeOnce      sync.Once
+	closeErr       error
+}
+
+// onClose pushes f on the closer stack.
+func (n *Node) onClose(f func() error) { n.closers = append(n.closers, f) }
+
+// onCloseQuiet pushes a Close that reports nothing.
+func (n *Node) onCloseQuiet(f func()) { n.onClose(func() error { f(); return nil }) }
+
+// New builds a node from c: it opens the stores, compiles the policy, starts the follower,
+// the control plane's services and telemetry, and binds the listeners, but serves nothing
+// until Run. When a part fails, what was built before it is closed, and the error returned.
+func New(ctx context.Context, c Config) (n *Node, err error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(log)
+	if c.grpcWorkers < 1 || c.grpcWorkers > maxGRPCWorkers {
+		return nil, fmt.Errorf("--grpc-workers: %d: want 1 to %d", c.grpcWorkers, maxGRPCWorkers)
+	}
+	if err := applyMemory(ctx, c, log); err != nil {
+		return nil, err
+	}
+	if err := checkControl(c.control); err != nil {
+		return nil, err
+	}
+	if err := c.abuse.validate(); err != nil {
+		return nil, err
+	}
+	if err := c.storeDeadline.validate(c.storeTimeout); err != nil {
+		return nil, err
+	}
+	regionCfg, err := c.region.config(c.tls.cert, c.tls.key, log)
+	if err != nil {
+		return nil, err
+	}
+
+	n = &Node{cfg: c, log: log}
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tp, stopTracing, err := startTracing(ctx, c.tracing, tracingNode(c), c.Version, reg, log)
+	if err != nil {
+		return n, err
+	}
+	n.onCloseQuiet(stopTracing) // after the drain, so the last decisions' spans are sent
+	if n.serverTLS, err = c.tls.open(log); err != nil {
+		return n, err
+	}
+	if n.src, err = openPolicy(ctx, c.config, log); err != nil {
+		return n, fmt.Errorf("load policy: %w", err)
+	}
+	n.onClose(n.src.close)
+	files := n.src.files
+	snap := files.Snapshot()
+	if isMemory(c.storeURL) || isSQLiteControl(c.control) {
+		// The memory store's snapshot and the SQLite control store live in --data-dir: one
+		// process per folder, or each would overwrite the other's snapshot and two nodes
+		// would share one node's control store. Taken before either is read; held until
+		// Close.
+		lock, err := lockDataDir(c.dataDir)
+		if err != nil {
+			return n, err
+		}
+		n.onClose(lock.Close)
+	}
+	ctrl, ctrlName, err := openControl(ctx, c, log)
+	if err != nil {
+		return n, err
+	}
+	n.ctrlName = ctrlName
+	n.onClose(ctrl.Close)
+	if err := bootstrapAdmin(ctx, ctrl, c.adminTokenFile, c.dataDir, log); err != nil {
+		return n, err
+	}
+
+	st, storeName, err := openStore(ctx, c, log)
+	if err != nil {
+		return n, err
+	}
+	n.storeName = storeName
+	// The limiter closes the store once it holds it; until then the node does.
+	n.onClose(func() error {
+		if n.lim == nil {
+			return st.Close()
+		}
+		return nil
+	})
+	rawStore := st // the region sync reads it unguarded
+	tracer := newTracer(tp, storeName)
+	m := metrics.New(reg, storeName)
+	n.m = m
+	if storeName != "memory" {
+		m.BreakerState("closed")
+		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, MaxTimeout: c.storeDeadline.max, OnStateChange: func(from, to string) {
+			log.Warn("store circuit breaker", "from", from, "to", to)
+			m.BreakerState(to)
+		}})
+		if c.hotKeys {
+			hk := hotkey.New(st, hotkey.Options{Threshold: c.hotKeyThreshold, Overage: c.hotKeyOverage, Nodes: c.fleetSize})
+			m.WatchHotKeys(func() metrics.HotKeyStats {
+				st := hk.Stats()
+				return metrics.HotKeyStats{Hot: st.Hot, Local: st.Local, Mixed: st.Mixed, Syncs: st.Syncs}
+			})
+			st = hk
+		}
+	}
+	wrapped, rgn, err := wrapRegion(regionCfg, st, rawStore)
+	if err != nil {
+		return n, err
+	}
+	st = wrapped
+	// Escalation's penalties count in sluice_overrides_applied_total, whose metrics the abuse
+	// runtime registers once the listeners are up; the escalator writes none before Start.
+	var abuseMetrics atomic.Pointer[abuseRuntime]
+	esc, err := newEscalator(ctrl, reg, log, func(o control.Override) {
+		if ab := abuseMetrics.Load(); ab != nil {
+			ab.m.OverrideApplied(o.Type, o.Source)
+		}
+	})
+	if err != nil {
+		return n, err
+	}
+	n.onCloseQuiet(esc.Close)
+	storeErrors := &storeErrorLog{log: log, now: time.Now}
+	opts := []sluice.Option{sluice.WithLogger(log), sluice.WithStoreErrorHook(func(err error) {
+		m.StoreError(err)
+		storeErrors.record(err)
+	}), sluice.WithBurstHook(esc.Report)}
+	if c.shadow {
+		opts = append(opts, sluice.WithShadow())
+	}
+	if storeName != "memory" {
+		// Rules with on_store_error: local limit in this process while the shared store is
+		// down, each node to its share of the fleet.
+		opts = append(opts, sluice.WithFallback(tracer.Fallback(memory.New(memory.WithLogger(log)))), sluice.WithLocalShare(c.fleetSize))
+	}
+	lim, err := sluice.New(tracer.Store(st, storeName), snap, opts...)
+	if err != nil {
+		return n, err
+	}
+	n.lim = lim
+	n.onClose(func() error {
+		if err := lim.Close(); err != nil {
+			log.Error("close store", "err", err)
+			return err
+		}
+		log.Info("stopped; state saved", "data_dir", c.dataDir)
+		return nil
+	})
+	log.Info("policy files loaded", "source", orBuiltIn(n.src.name), "policy", Describe(snap), "store", storeName, "control", ctrlName)
+	sink, err := startStatsD(c, reg, lim, log)
+	if err != nil {
+		return n, err
+	}
+	if sink != nil {
+		n.onClose(sink.Close) // after the drain, so the last send counts every decision
+	}
+
+	if n.httpLn, err = net.Listen("tcp", c.httpAddr); err != nil {
+		return n, fmt.Errorf("--http: %w", err)
+	}
+	n.onClose(ignoreClosed(n.httpLn.Close))
+	if n.grpcLn, err = net.Listen("tcp", c.grpcAddr); err != nil {
+		return n, fmt.Errorf("--grpc: %w", err)
+	}
+	n.onClose(ignoreClosed(n.grpcLn.Close))
+	id := nodeID(c.nodeID, n.httpLn.Addr())
+
+	statsCtx, stopStats := context.WithCancel(context.WithoutCancel(ctx))
+	n.onCloseQuiet(stopStats)
+	fleet := startFleetStats(statsCtx, id, storeName, st, reg, log)
+
+	// From here the follower sets the limiter's policy: the files and the control store
+	// compiled together.
+	rt, err := follower.New(follower.Options{
+		Store: ctrl, Limiter: lim, Files: files, FilesPath: n.src.name,
+		NodeID: id, Addr: n.httpLn.Addr().String(),
+		Metrics: m, Logger: log, Stats: heartbeatStats(fleet, log),
+		AuditRetention: c.auditRetention, CountsRetention: c.countsRetention,
+	})
+	if err != nil {
+		return n, err
+	}
+	n.rt = rt
+	rt.Start(ctx)
+	n.onCloseQuiet(rt.Close)
+	ab, err := startAbuse(ctx, c.abuse, ctrl, id, reg, log)
+	if err != nil {
+		return n, err
+	}
+	n.onCloseQuiet(ab.Close)
+	abuseMetrics.Store(ab)
+	esc.Start(ctx, rt.Sync)
+
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet})
+	if err != nil {
+		return n, err
+	}
+	n.onClose(adminHandler.Close)
+	rec, err := startEvents(c.events, ctrl, m, fleet.Observe, log)
+	if err != nil {
+		return n, err
+	}
+	n.onCloseQuiet(func() { closeEvents(rec, log) }) // after the listeners stop: the last decisions are written
+	api := httpapi.New(lim, m, httpapi.Options{
+		// Resets restore quota: they need a write token, as every change does.
+		ResetAuth:    func(h http.Handler) http.Handler { return adminHandler.RequireRole(control.RoleWrite, h) },
+		MaxBodyBytes: c.maxBody,
+		Events:       rec,
+		Tracer:       tracer,
+		Metrics:      promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Ready: []httpapi.ReadyCheck{
+			{Name: "store", Check: storeCheck(st)},
+			// The node decides on its last policy while the control store is down.
+			{Name: "control_store", Check: rt.Health, Optional: true},
+		},
+	})
+	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })
+	adminLim, err := sluice.New(memory.New(), mustPolicy(overload.AdminPolicy))
+	if err != nil {
+		return n, err
+	}
+	n.onClose(adminLim.Close)
+	admin := overload.NewAdmin(adminLim)
+	mux := http.NewServeMux()
+	// Envoy's reference service's HTTP endpoints, so its deployments' probes and tools work.
+	rlsOpts := rlsOptions(c)
+	rlsOpts.Events, rlsOpts.Tracer = rec, tracer
+	rlsSrv := rls.New(lim, m, rlsOpts)
+	n.healthcheck = &rls.Healthcheck{}
+	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
+	mux.Handle("GET /healthcheck", n.healthcheck)
+	mux.Handle("/admin/v1/", adminHandler)
+	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
+	mountUI(mux)
+	if c.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	n.httpSrv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	n.grpcSrv = grpc.NewServer(
+		grpc.MaxRecvMsgSize(1<<20),
+		grpcCreds(n.serverTLS),
+		grpc.ChainUnaryInterceptor(gate.UnaryInterceptor(), admin.UnaryInterceptor()),
+		// A fixed pool of stream workers instead of a goroutine per RPC: less stack growth and
+		// scheduling per call. A call that finds every worker busy gets a goroutine of its own,
+		// so the pool must cover the calls in flight, which on Redis wait for the store.
+		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
+	)
+	n.onCloseQuiet(n.grpcSrv.Stop) // a no-op after Run's graceful stop
+	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec), grpcapi.WithTracer(tracer)).Register(n.grpcSrv)
+	rlsSrv.Register(n.grpcSrv)
+	n.healthSrv = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpcSrv, n.healthSrv)
+	reflection.Register(n.grpcSrv)
+	if err := rgn.start(n.grpcSrv, reg, lim, log); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// ignoreClosed makes a listener's Close quiet when the server closed it already.
+func ignoreClosed(close func() error) func() error {
+	return func() error {
+		if err := close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+}
+
+// HTTPAddr is the address the HTTP listener is bound to (useful with --http 127.0.0.1:0).
+func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
+
+// GRPCAddr is the address the gRPC listener is bound to.
+func (n *Node) GRPCAddr() string { return n.grpcLn.Addr().String() }
+
+// Limiter is the node's engine.
+func (n *Node) Limiter() *sluice.Limiter { return n.lim }
+
+// Run serves HTTP and gRPC and follows the policy source until ctx ends or a listener fails,
+// then drains: health checks turn to failing, the servers finish the requests in flight
+// (10 s at most) and the follower stops. Close releases the rest; Run does not.
+func (n *Node) Run(ctx context.Context) error {
+	errs := make(chan error, 2)
+	go func() { errs <- serveHTTP(n.httpSrv, n.httpLn, n.serverTLS) }()
+	go func() { errs <- n.grpcSrv.Serve(n.grpcLn) }()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watched := make(chan struct{})
+	if n.src.watch != nil {
+		go func() { defer close(watched); n.src.watch(watchCtx, n.rt, n.m, n.log) }()
+	} else {
+		close(watched)
+	}
+	n.log.Info("sluice serving", "version", n.cfg.Version, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "store", n.storeName, "control", n.ctrlName, "data_dir", n.cfg.dataDir, "policy", n.lim.Policy().Version)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		n.log.Info("shutting down: draining requests")
+	case serveErr = <-errs:
+		n.log.Error("listener failed; shutting down", "err", serveErr)
+	}
+	n.healthSrv.Shutdown()
+	n.healthcheck.Fail()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.httpSrv.Shutdown(shutdownCtx); err != nil {
+		n.log.Warn("http shutdown", "err", err)
+	}
+	stopped := make(chan struct{})
+	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		n.grpcSrv.Stop()
+	}
+	stopWatch()
+	<-watched
+	n.rt.Close()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return serveErr
+	}
+	return nil
+}
+
+// Close unwinds what New built, last built first, and returns the first error; the store's
+// state is saved (the memory store's snapshot) when the limiter closes. Call it after Run
+// returns; a second call returns the first's result.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		for i := len(n.closers) - 1; i >= 0; i-- {
+			if err := n.closers[i](); err != nil && n.closeErr == nil {
+				n.closeErr = err
+			}
+		}
+		n.closers = nil
+	})
+	return n.closeErr
+}
+
+// openStore opens the store --store names: memory, or a Redis URL.
+func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, string, error) {
+	if isMemory(c.storeURL) {
+		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil
+	}
+	if strings.HasPrefix(c.storeURL, "redis") {
+		st, err := redisstore.New(ctx, c.storeURL)
+		if err != nil {
+			return nil, "", err
+		}
+		return st, "redis", nil
+	}
+	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
+}
+
+// pinger is a store that can tell whether it answers: the Redis store, and the breaker and
+// hot-key guards over it.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// storeCheck is /readyz's check of st: its Ping, or always up for a store in this process.
+func storeCheck(st sluice.Store) func(context.Context) error {
+	if p, ok := st.(pinger); ok {
+		return p.Ping
+	}
+	return func(context.Context) error { return nil }
+}
+
+// isMemory tells whether --store names the memory store.
+func isMemory(storeURL string) bool { return storeURL == "memory" || storeURL == "" }
+
+// mustPolicy compiles a policy built into the binary.
+func mustPolicy(yml string) *policy.Snapshot {
+	snap, err := policy.LoadFiles(map[string][]byte{"built-in": []byte(yml)})
+	if err != nil {
+		panic(err) // a built-in policy that does not compile is a bug caught by the tests
+	}
+	return snap
+}
+
+// intEnv reads an integer from the environment, or def.
+func intEnv(name string, def int) int {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// durationEnv reads a duration from the environment, or def.
+func durationEnv(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func orBuiltIn(path string) string {
+	if path == "" {
+		return "built-in"
+	}
+	return path
+}
+
+// watchPolicy reloads the policy files on SIGHUP and when they change, and hands them to the
+// runtime, which compiles them with the control store's state. A bad policy is logged,
+// counted and ignored: the running one stays.
+func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var events chan fsnotify.Event
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		log.Warn("policy file watching unavailable; reload with SIGHUP", "err", err)
+	} else {
+		defer watcher.Close()
+		// Watch the folder, not the file: editors and ConfigMaps replace files by rename.
+		dir := path
+		if info, err := os.Stat(path); err == nil && !info.IsDir() {
+			dir = filepath.Dir(path)
+		}
+		if err := watcher.Add(dir); err != nil {
+			log.Warn("policy file watching unavailable; reload with SIGHUP", "dir", dir, "err", err)
+		} else {
+			events = watcher.Events
+		}
+	}
+	reload := func(why string) {
+		files, err := loadFiles(path)
+		if err != nil {
+			m.PolicyLoaded("", err)
+			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", rt.Files().Version, "err", err)
+			return
+		}
+		if files.Version == rt.Files().Version {
+			return
+		}
+		if err := rt.SetFiles(files, why); err != nil {
+			log.Error("policy reload failed; keeping the running policy", "trigger", why, "err", err)
+			return
+		}
+		log.Info("policy files reloaded", "trigger", why, "files", Describe(files.Snapshot()))
+	}
+	// Changes come in bursts (write, chmod, rename): settle before reading.
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reload("SIGHUP")
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if policyEvent(path, ev.Name) {
+				settle = time.After(200 * time.Millisecond)
+			}
+		case <-settle:
+			settle = nil
+			reload("file change")
+		}
+	}
+}
+
+// EnvDefault returns the environment variable's value, or def: every flag can also be set by
+// environment, for containers.
+func EnvDefault(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,30 @@
+package node
+
+import (
+	_ "embed" // the built-in policy
+	"fmt"
+
+	"github.com/sluicehq/sluice/policy"
+)
+
+// DefaultPolicy is the built-in policy a node runs without --config (sluice config show).
+//
+//go:embed default-policy.yaml
+var DefaultPolicy []byte
+
+// Describe summarises a snapshot for logs and `sluice config validate`.
+func Describe(s *policy.Snapshot) string {
+	domains := 0
+	if e := s.Envoy(); e != nil {
+		domains = len(e.Domains())
+	}
+	return fmt.Sprintf("%d rules, %d Envoy domains, version %s", len(s.Rules()), domains, s.Version)
+}
+
+// loadFiles reads the policy files at path, or the built-in policy when path is empty.
+func loadFiles(path string) (*policy.Files, error) {
+	if path == "" {
+		return policy.ParseFiles(map[string][]byte{"built-in default-policy.yaml": DefaultPolicy})
+	}
+	return policy.ReadFiles(path)
+}

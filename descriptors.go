@@ -313,11 +313,15 @@ func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops
 }
 
 // degradeDescriptors decides the ops of a request the store could not, by each limit's
-// on_store_error, as Limiter.degrade does for native rules.
+// on_store_error, with the native rules' degradeOps. A quota op that is closed, or decided by
+// the fallback, goes as a shadow: one over its limit is one more quota over, never a denial of
+// the others (the quota verdict is taken over all ops); a request denied because every quota
+// is over may then have counted its other limits in the local limiter, an imprecision of the
+// degraded mode only.
 func (l *Limiter) degradeDescriptors(ctx context.Context, r *DescriptorRequest, d *DescriptorDecision, cause error) error {
 	d.Degraded = true
 	cfg := l.policy.Load().Envoy()
-	var local []int
+	modes := make([]store.ErrorMode, len(d.ops))
 	for i, n := range d.opOf {
 		mode := envoyconf.FailOpen
 		if lim := d.limits[n]; lim != nil && r.Descriptors[n].Limit == nil {
@@ -326,49 +330,12 @@ func (l *Limiter) degradeDescriptors(ctx context.Context, r *DescriptorRequest, 
 			// A per-request limit override: the mode in force where its entries lead.
 			mode = cfg.StoreErrorMode(r.Domain, r.Descriptors[n].Entries)
 		}
-		op := &d.ops[i]
-		switch {
-		case mode == envoyconf.FailClosed:
-			d.algo[i] = algorithm.Result{}
-			// A closed quota op is one more quota over, not a denial of the whole batch.
-			op.Shadow = op.Shadow || d.kinds[i] == opQuota
-		case mode == envoyconf.FailLocal && l.fallback != nil:
-			local = append(local, i)
-		default:
-			d.algo[i] = algorithm.Result{Allowed: true, Remaining: op.Params.Capacity()}
+		modes[i] = mode
+		if mode == store.FailClosed || (mode == store.FailLocal && l.fallback != nil) {
+			d.ops[i].Shadow = d.ops[i].Shadow || d.kinds[i] == opQuota
 		}
 	}
-	if len(local) == 0 {
-		return nil
-	}
-	// The fallback decides these ops in a batch of their own, rarely and off the hot path:
-	// allocating here is fine. Quota ops go as shadows, so that one over its limit never denies
-	// the others (the quota verdict is taken over all ops above); a request denied because every
-	// quota is over may then have counted its other limits in the local limiter, an
-	// imprecision of the degraded mode only.
-	ops := make([]store.Op, len(local))
-	params := make([]algorithm.Params, len(local))
-	for j, i := range local {
-		ops[j] = d.ops[i]
-		ops[j].Shadow = ops[j].Shadow || d.kinds[i] == opQuota
-		if p := ops[j].Params; l.share > 1 {
-			// Each node's part, at least 1 so every node still serves someone.
-			shared, err := algorithm.NewParams(p.Kind, max(1, p.Limit/l.share), max(1, p.Burst/l.share), time.Duration(p.Period)*time.Microsecond)
-			if err == nil {
-				params[j] = shared
-				ops[j].Params = &params[j]
-			}
-		}
-	}
-	res := make([]algorithm.Result, len(ops))
-	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
-		return fmt.Errorf("store: %w; local fallback: %v", cause, err)
-	}
-	for j, i := range local {
-		d.algo[i] = res[j]
-		d.ops[i].Shadow = ops[j].Shadow
-	}
-	return nil
+	return l.degradeOps(ctx, d.ops, d.algo, func(i int) store.ErrorMode { return modes[i] }, cause)
 }
 
 // appendDescriptorKey builds sl:@<domain>:<limit id>:<algorithm>:<key>:<value>...; the '@'

@@ -388,46 +388,66 @@ func (l *Limiter) ban(d *Decision, wait time.Duration, reason, rule, scope strin
 	d.Reason, d.Rule, d.Scope = "banned: "+reason, rule, scope
 }
 
-// degrade decides the ops of a batch the store could not, by each rule's on_store_error.
+// degrade decides the limit ops of a batch the store could not, by each rule's
+// on_store_error.
 func (l *Limiter) degrade(ctx context.Context, limits []policy.Limit, d *Decision, cause error) error {
 	d.Degraded = true
-	var local []int
+	mode := func(i int) store.ErrorMode { return limits[d.opLimit[i]].Rule.OnStoreError }
+	if err := l.degradeOps(ctx, d.ops[:len(d.opLimit)], d.algo, mode, cause); err != nil {
+		return err
+	}
 	for i, n := range d.opLimit {
-		lim, res := &limits[n], &d.Results[n]
-		switch lim.Rule.OnStoreError {
-		case policy.FailOpen:
-			d.algo[i] = algorithm.Result{Allowed: true, Remaining: lim.Params.Capacity()}
-		case policy.FailClosed:
-			d.algo[i] = algorithm.Result{}
+		if mode(i) == store.FailClosed {
+			res := &d.Results[n]
 			res.Allowed, res.State, res.Reason = false, StateHard, "store unavailable (on_store_error: closed)"
-		case policy.FailLocal:
-			if l.fallback == nil {
-				d.algo[i] = algorithm.Result{Allowed: true, Remaining: lim.Params.Capacity()}
+		}
+	}
+	return nil
+}
+
+// degradeOps decides each of ops that the store could not, into res, by mode(i), for native
+// and Envoy requests alike: FailOpen allows at the limit's capacity; FailClosed denies (a
+// zero result); FailLocal asks the fallback store, each node for its share of the limit, and
+// is FailOpen when the Limiter has no fallback. The fallback's batch is rare and off the hot
+// path: it may allocate.
+func (l *Limiter) degradeOps(ctx context.Context, ops []store.Op, res []algorithm.Result, mode func(i int) store.ErrorMode, cause error) error {
+	var local []int
+	for i := range ops {
+		switch mode(i) {
+		case store.FailClosed:
+			res[i] = algorithm.Result{}
+		case store.FailLocal:
+			if l.fallback != nil {
+				local = append(local, i)
 				continue
 			}
-			local = append(local, i)
+			fallthrough
+		default:
+			res[i] = algorithm.Result{Allowed: true, Remaining: ops[i].Params.Capacity()}
 		}
 	}
 	if len(local) == 0 {
 		return nil
 	}
-	ops := make([]store.Op, len(local))
+	sub := make([]store.Op, len(local))
+	params := make([]algorithm.Params, len(local))
 	for j, i := range local {
-		ops[j] = d.ops[i]
-		if p := ops[j].Params; l.share > 1 {
+		sub[j] = ops[i]
+		if p := sub[j].Params; l.share > 1 {
 			// Each node's part, at least 1 so every node still serves someone.
 			shared, err := algorithm.NewParams(p.Kind, max(1, p.Limit/l.share), max(1, p.Burst/l.share), time.Duration(p.Period)*time.Microsecond)
 			if err == nil {
-				ops[j].Params = &shared
+				params[j] = shared
+				sub[j].Params = &params[j]
 			}
 		}
 	}
-	res := make([]algorithm.Result, len(ops))
-	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: ops}, res); err != nil {
+	got := make([]algorithm.Result, len(sub))
+	if _, err := l.fallback.Apply(ctx, &store.Batch{Ops: sub}, got); err != nil {
 		return fmt.Errorf("store: %w; local fallback: %v", cause, err)
 	}
 	for j, i := range local {
-		d.algo[i] = res[j]
+		res[i] = got[j]
 	}
 	return nil
 }

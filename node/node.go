@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/internal/tlsreload"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/breaker"
 	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
@@ -565,18 +566,9 @@ func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, s
 	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
 }
 
-// pinger is a store that can tell whether it answers: the Redis store, and the breaker and
-// hot-key guards over it.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // storeCheck is /readyz's check of st: its Ping, or always up for a store in this process.
 func storeCheck(st sluice.Store) func(context.Context) error {
-	if p, ok := st.(pinger); ok {
-		return p.Ping
-	}
-	return func(context.Context) error { return nil }
+	return func(ctx context.Context) error { return store.Ping(ctx, st) }
 }
 
 // isMemory tells whether --store names the memory store.

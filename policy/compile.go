@@ -17,21 +17,19 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy/envoyconf"
+	"github.com/sluicehq/sluice/store"
 )
 
-// StoreErrorMode says what a rule decides when its store cannot be reached.
-type StoreErrorMode uint8
+// StoreErrorMode says what a rule decides when its store cannot be reached; native rules and
+// Envoy limits share the one type.
+type StoreErrorMode = store.ErrorMode
 
 // The on_store_error modes.
 const (
-	FailOpen   StoreErrorMode = iota // allow, marked degraded
-	FailClosed                       // deny
-	FailLocal                        // decide with an in-process limiter of the same parameters
+	FailOpen   = store.FailOpen
+	FailClosed = store.FailClosed
+	FailLocal  = store.FailLocal
 )
-
-func (m StoreErrorMode) String() string {
-	return [...]string{"open", "closed", "local"}[m]
-}
 
 // Snapshot is a compiled policy: immutable, safe for any number of goroutines, and swapped
 // whole when the policy changes so that a check never sees half of two policies.

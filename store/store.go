@@ -12,6 +12,28 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
+// ErrorMode says what a limit decides when its store cannot be reached: a rule's or an Envoy
+// limit's on_store_error. The Limiter applies it to the ops of a batch the store failed.
+type ErrorMode uint8
+
+// The on_store_error modes.
+const (
+	FailOpen   ErrorMode = iota // allow, marked degraded
+	FailClosed                  // deny
+	FailLocal                   // decide with an in-process limiter of the same parameters
+)
+
+// String returns the mode as a policy file writes it.
+func (m ErrorMode) String() string {
+	switch m {
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "open"
+}
+
 // Op is one limit of a request as a store applies it.
 type Op struct {
 	// Key is the bucket key (see internal/key). Keys reach the store in plain text.
@@ -115,3 +137,18 @@ func FingerprintOf(ops []Op, scratch []byte) (Fingerprint, []byte) {
 // ErrUnavailable is wrapped by errors that mean the store could not be reached or did not
 // answer in time; callers fall back by each rule's on_store_error.
 var ErrUnavailable = errors.New("store unavailable")
+
+// Pinger is a store that can tell whether it answers: the Redis store, and the decorators over
+// a shared store (breaker, hot keys, regions), which ask the store they wrap.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ping asks st whether it answers, if it can be asked; a store without Ping (one in this
+// process) always answers.
+func Ping(ctx context.Context, st Store) error {
+	if p, ok := st.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

@@ -13,31 +13,21 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
 )
 
 // StoreErrorMode says what a limit decides when its store cannot be reached: on_store_error,
 // a Sluice extension of the reference format, written on a domain or on a descriptor and
 // inherited by the descriptors nested in it. The default is FailOpen, which is what Envoy's
 // reference service does (its callers fail open unless failure_mode_deny is set).
-type StoreErrorMode uint8
+type StoreErrorMode = store.ErrorMode
 
-// The on_store_error modes, as for native rules.
+// The on_store_error modes, as for native rules; FailClosed answers OVER_LIMIT.
 const (
-	FailOpen   StoreErrorMode = iota // allow, marked degraded
-	FailClosed                       // deny (OVER_LIMIT)
-	FailLocal                        // decide with an in-process limiter of the same parameters
+	FailOpen   = store.FailOpen
+	FailClosed = store.FailClosed
+	FailLocal  = store.FailLocal
 )
-
-// String returns the mode as a file writes it.
-func (m StoreErrorMode) String() string {
-	switch m {
-	case FailClosed:
-		return "closed"
-	case FailLocal:
-		return "local"
-	}
-	return "open"
-}
 
 // Entry is one key/value of a request descriptor.
 type Entry struct{ Key, Value string }

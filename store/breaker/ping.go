@@ -9,11 +9,6 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// pinger is a store that can tell whether it answers (the Redis store can).
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // Ping reports the store unavailable while the breaker is open, since decisions skip the store
 // then, and otherwise asks the store, if it can be asked. A ping is not traffic: it neither
 // counts toward opening the breaker nor serves as a half-open probe.
@@ -21,8 +16,5 @@ func (s *Store) Ping(ctx context.Context) error {
 	if s.cb.State() == gobreaker.StateOpen {
 		return fmt.Errorf("%w: circuit breaker open", store.ErrUnavailable)
 	}
-	if p, ok := s.inner.(pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
+	return store.Ping(ctx, s.inner)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// abuseFlags is the abuse detector's part of serve's configuration (DESIGN.md, Abuse detection
+// abuseFlags is the abuse detector's part of serve's configuration (docs/architecture.md, Abuse
 // and escalation).
 type abuseFlags struct {
 	enabled bool
@@ -33,7 +33,7 @@ var abuseEnv = []struct{ flag, env string }{
 	{"abuse-penalty", "ABUSE_PENALTY"},
 }
 
-// addAbuseFlags defines the --abuse-* flags on f, with DESIGN.md's defaults.
+// addAbuseFlags defines the --abuse-* flags on f, with the documented defaults.
 func addAbuseFlags(f *pflag.FlagSet, a *abuseFlags) {
 	a.enabled, a.cfg = true, abuse.DefaultConfig()
 	f.BoolVar(&a.enabled, "abuse-detection", true, "run the abuse detector: one node of the fleet at a time penalizes tenants (and users without a tenant) whose requests are mostly throttled, with an automatic multiplier override (ABUSE_DETECTION)")

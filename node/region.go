@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/region"
 )
 
-// regionFlags are serve's multi-region settings (DESIGN.md, Regions).
+// regionFlags are serve's multi-region settings (docs/architecture.md, Regions).
 type regionFlags struct {
 	name    string
 	regions string

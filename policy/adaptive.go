@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Adaptive limits (DESIGN.md, Abuse detection and escalation): a rule with adaptive: trust
+// Adaptive limits (docs/architecture.md, Escalation and adaptive limits): a rule with adaptive: trust
 // scales each caller's limits by its trust score t in [0, 1]: the burst (a bucket's capacity)
 // by 1 + t, the rate by 1 + t/2. A window algorithm's limit is its rate (it has no burst), so it
 // takes the rate's factor. t is the score assigned to the caller's API key, else its user's,

@@ -47,11 +47,11 @@ type Rule struct {
 	OnStoreError string          `yaml:"on_store_error" json:"on_store_error,omitempty"`
 	// Escalation, when set, penalizes callers that burst at the rule: see Escalation.
 	Escalation *Escalation `yaml:"escalation" json:"escalation,omitempty"`
-	// Adaptive "trust" scales the rule's limits by each caller's trust score (DESIGN.md,
-	// Abuse detection and escalation); empty for none.
+	// Adaptive "trust" scales the rule's limits by each caller's trust score (docs/architecture.md,
+	// Escalation and adaptive limits); empty for none.
 	Adaptive string `yaml:"adaptive" json:"adaptive,omitempty"`
 	// Regions is "global" for one limit across all regions, "home:NAME" for a limit decided
-	// in region NAME only, or empty for a limit per region (DESIGN.md, Regions).
+	// in region NAME only, or empty for a limit per region (docs/architecture.md, Regions).
 	Regions string `yaml:"regions" json:"regions,omitempty"`
 }
 

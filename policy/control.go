@@ -255,7 +255,7 @@ type identities struct {
 	apiKeys     map[string]keyAssignment // by API key
 	userTiers   map[string]string        // user -> tier
 	tenantTiers map[string]string        // tenant -> tier
-	// trust holds the assigned trust scores (adaptive limits, DESIGN.md), by kind and value.
+	// trust holds the assigned trust scores (docs/architecture.md, Escalation and adaptive limits), by kind and value.
 	trust map[trustKey]float64
 }
 
@@ -346,7 +346,7 @@ func (ids *identities) assign(r, scratch *Request) *Request {
 }
 
 // Trust returns the trust score assigned to an API key, a user or a tenant, if any (adaptive
-// limits, DESIGN.md: Abuse detection and escalation).
+// limits, docs/architecture.md, Escalation and adaptive limits).
 func (s *Snapshot) Trust(kind IdentityKind, value string) (float64, bool) {
 	t, ok := s.ids.trust[trustKey{kind, value}]
 	return t, ok

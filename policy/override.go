@@ -94,7 +94,7 @@ const (
 // maxMultiplier bounds a multiplier override: a limit at most 1000 times its rule's.
 const maxMultiplier = 1000
 
-// Override sources (DESIGN.md, Policy): a policy file's, the admin API's, or an automatic
+// Override sources (docs/architecture.md, Policy snapshot): a policy file's, the admin API's, or an automatic
 // penalty's. "operator" is what files said before "file", kept so that they still load.
 const (
 	SourceFile      = "file"

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
-// RegionMode says how a rule's limit spans regions (DESIGN.md, Regions).
+// RegionMode says how a rule's limit spans regions (docs/architecture.md, Regions).
 type RegionMode uint8
 
 const (

@@ -1,6 +1,6 @@
 // Package region makes rules with regions: global one limit across regions that never wait on
 // each other, and forwards the decisions of rules with regions: home:NAME to their home
-// region (DESIGN.md, Regions; docs/architecture.md, Regions).
+// region (docs/architecture.md, Regions).
 //
 // A Region wraps a region's store. Every --region-sync it reads its region's counts of the
 // global rules' keys from the store (exact within the region, so all nodes of a region agree)

@@ -1,4 +1,4 @@
-// Package abuse is the abuse detector (DESIGN.md, Abuse detection and escalation). Every
+// Package abuse is the abuse detector (docs/architecture.md, Escalation and adaptive limits). Every
 // interval the one node of a fleet that holds the control store's "abuse-detector" lease sums
 // the per-minute decision counts every node wrote over the last window, and penalizes each
 // tenant whose requests were mostly throttled (and, for requests without a tenant, each user)
@@ -41,7 +41,7 @@ import (
 	"github.com/sluicehq/sluice/policy"
 )
 
-// Defaults of Config (DESIGN.md: the seeds' abuse detection job).
+// Defaults of Config (docs/architecture.md, Abuse detector).
 const (
 	DefaultInterval    = 60 * time.Second
 	DefaultWindow      = 5 * time.Minute
@@ -87,7 +87,7 @@ type Config struct {
 	Penalty time.Duration
 }
 
-// DefaultConfig returns the defaults of DESIGN.md.
+// DefaultConfig returns the documented defaults (docs/architecture.md, Abuse detector).
 func DefaultConfig() Config {
 	return Config{
 		Interval: DefaultInterval, Window: DefaultWindow, Threshold: DefaultThreshold,

@@ -1,4 +1,4 @@
-// Package adminapi serves the control plane's admin API under /admin/v1 (DESIGN.md, Admin API):
+// Package adminapi serves the control plane's admin API under /admin/v1 (docs/architecture.md, Admin API):
 // rules, overrides, exemptions, identity assignments, usage, violations, audit, nodes, resets
 // and tokens, with bearer-token auth, ETag / If-Match, and an OpenAPI 3 document of it all.
 //

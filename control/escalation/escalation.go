@@ -1,5 +1,5 @@
-// Package escalation turns the bursts that rules' escalations detect into penalties (DESIGN.md,
-// Abuse detection and escalation). A caller that bursts at a rule is warned for the rule's
+// Package escalation turns the bursts that rules' escalations detect into penalties (docs/architecture.md,
+// Escalation and adaptive limits). A caller that bursts at a rule is warned for the rule's
 // penalty: a warn override for its target and the rule, under which its decisions are soft
 // with X-RateLimit-Warning. A burst while warned bans it from the rule for the penalty: the
 // warning is replaced by a ban. Both are automatic overrides written to the control store with

@@ -1,6 +1,6 @@
 // Package controlplane keeps a node's Limiter on the current policy: the policy files and the
 // control store's state, compiled together into one snapshot (policy.CompileWith) and swapped
-// into the Limiter whenever either changes (DESIGN.md, Control plane). The hot path never
+// into the Limiter whenever either changes (docs/architecture.md, Control plane). The hot path never
 // reads the control store: it reads the snapshot the Runtime last swapped in.
 //
 // A Runtime hears of control changes through the store's Watch and, as a backstop for lost
@@ -38,7 +38,7 @@ const (
 	DefaultMaintenanceInterval = 10 * time.Second
 	// DefaultTimeout bounds each call to the control store.
 	DefaultTimeout = 2 * time.Second
-	// DefaultAuditRetention keeps audit events a year (DESIGN.md: --audit-retention).
+	// DefaultAuditRetention keeps audit events a year (--audit-retention).
 	DefaultAuditRetention = 365 * 24 * time.Hour
 	// DefaultCountsRetention keeps usage and violation counts 30 days (--violations-retention).
 	DefaultCountsRetention = 30 * 24 * time.Hour

@@ -17,8 +17,8 @@ import (
 // methods are safe for concurrent use.
 //
 // The counters sit in slots that never move, and a min-heap of slot numbers finds the smallest
-// in O(log k): a scan for it made a key the sketch does not hold cost ~2 µs at 1,024 counters
-// and ~7 µs at 4,096 (BenchmarkAdd). Heap moves swap slot numbers only, so the key index is
+// in O(log k), where a scan made a key the sketch does not hold cost in proportion to k
+// (BenchmarkAdd; docs/measurements.md). Heap moves swap slot numbers only, so the key index is
 // written once per new key, not per move.
 type SpaceSaving struct {
 	mu     sync.Mutex

@@ -104,11 +104,9 @@ func newStore(inner store.Store, o Options) *Store {
 
 // sketchCounters is the detection sketch's size. Space-Saving keeps every key seen more than
 // n/k times of the n keys it is fed, so a key above the threshold must stand above n/k among a
-// node's cold keys: a node deciding 8,000 requests of new users per 2-s interval lost a tenant
-// at twice the threshold with 64 counters, and one deciding 32,000 with 256
-// (TestDetectAmongManyColdKeys). A counter costs ~100 bytes with its key, and a key the sketch
-// does not hold ~290 ns to place (a heap finds the smallest count; BenchmarkAdd in
-// internal/sketch), on one request in sampleEvery.
+// node's cold keys: fewer counters lost a tenant at twice the threshold among many new users'
+// requests (TestDetectAmongManyColdKeys). A counter costs about a hundred bytes with its key,
+// and placing a key costs O(log k), on one request in sampleEvery (docs/measurements.md).
 const sketchCounters = 1024
 
 // sampleEvery is how many requests pass per one whose keys are counted in the sketch:

@@ -69,8 +69,9 @@ var (
 )
 
 // DefaultMaxFlushDelay is how long a connection may wait to gather concurrent calls into one
-// write (the URL's max_flush_delay). In paired load tests (RLS, c=50, Redis on the same 2-core
-// VM) 50 µs cut Sluice's CPU per check by ~6% and raised throughput in 5 of 6 pairs by 3-8%.
+// write (the URL's max_flush_delay). Gathering trades a few
+// microseconds of latency for fewer writes, which paired load tests found worth it
+// (docs/measurements.md).
 const DefaultMaxFlushDelay = 50 * time.Microsecond
 
 // MinVersion is the oldest Redis the scripts run on: SET with PXAT and KEEPTTL came in 6.2.

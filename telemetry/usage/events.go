@@ -48,8 +48,8 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultFlush is how often counts are written (--events-flush): DESIGN.md says every few
-	// seconds; at 5 s a node writes 12 times a minute.
+	// DefaultFlush is how often counts are written (--events-flush): the contract says every
+	// few seconds; at 5 s a node writes 12 times a minute.
 	DefaultFlush = 5 * time.Second
 	// DefaultQueue is the queue's length in events (--events-queue): 16 MB of 248-byte
 	// events, emptied every DefaultPoll; it absorbs the gatherer being descheduled for
@@ -63,8 +63,8 @@ const (
 	// DefaultWriteTimeout bounds one write to the control store.
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultPoll is how often the queue is emptied. DefaultQueue events per DefaultPoll is
-	// far above what a node decides; the gatherer itself takes about a million events a
-	// second on one core (BenchmarkRecord/contended).
+	// far above what a node decides, and far below what the gatherer takes (BenchmarkRecord;
+	// docs/measurements.md).
 	DefaultPoll = 10 * time.Millisecond
 )
 
@@ -149,7 +149,7 @@ const (
 
 // Observation is one limit's outcome of one counted decision, for Options.Observe. APIKey is
 // the hashed prefix (HashAPIKey), never the key. At is when the recorder counted it (one
-// clock read per decision rather than one per limit: on a VM a read costs ~0.2 µs); an
+// clock read per decision rather than one per limit: a read is not free on a VM); an
 // observer takes its own clock when At is zero.
 type Observation struct {
 	Rule, Tenant, User, APIKey, IP string

@@ -47,8 +47,8 @@ type Server struct {
 // Option configures a Server.
 type Option func(*Server)
 
-// WithResetAuth makes Reset call auth first and fail with its error, a gRPC status: DESIGN.md
-// asks a write token of resets, which adminapi.Server.GRPCAuth(control.RoleWrite) checks in
+// WithResetAuth makes Reset call auth first and fail with its error, a gRPC status: resets
+// need a write token (docs/architecture.md, Admin API), which adminapi.Server.GRPCAuth(control.RoleWrite) checks in
 // the "authorization" metadata (Unauthenticated, PermissionDenied).
 func WithResetAuth(auth func(ctx context.Context) error) Option {
 	return func(s *Server) { s.resetAuth = auth }

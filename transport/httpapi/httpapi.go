@@ -42,8 +42,8 @@ type Options struct {
 	Ready []ReadyCheck
 	// ReadyTimeout bounds the checks of one GET /readyz (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
-	// ResetAuth, when set, wraps the POST /v1/reset handler: DESIGN.md asks a write token of
-	// resets, and adminapi.Server.RequireRole(control.RoleWrite, ...) checks it (401, 403).
+	// ResetAuth, when set, wraps the POST /v1/reset handler: resets need a write token
+	// (docs/architecture.md, Admin API), and adminapi.Server.RequireRole(control.RoleWrite, ...) checks it (401, 403).
 	ResetAuth func(http.Handler) http.Handler
 	// Events, when set, counts every check's decision (not looks) for the violations log and
 	// usage history.

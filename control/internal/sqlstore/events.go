@@ -31,9 +31,8 @@ func identityKey(v control.ViolationCount) string {
 }
 
 // countsChunk is how many rows one statement of AddCounts upserts: one JSON parameter of a
-// few hundred kilobytes, rather than one round trip per row. Row by row, a flush of 100K
-// violation rows took 5 to 10 s on PostgreSQL (BenchmarkAddCounts in telemetry/usage): longer
-// than the flush interval.
+// few hundred kilobytes, rather than one round trip per row. Row by row, a large flush took
+// longer than the flush interval on PostgreSQL (BenchmarkAddCounts; docs/measurements.md).
 const countsChunk = 5000
 
 // AddCounts implements control.Store. Rows are upserted chunkwise from one JSON parameter

@@ -45,7 +45,7 @@ type Op struct {
 	// consumes nothing.
 	Shadow bool
 	// Counter ops count requests rather than limit them (escalation's burst counters,
-	// docs/architecture.md, Escalation): like shadow ops they never deny the batch, but what
+	// docs/architecture.md, Escalation and adaptive limits): like shadow ops they never deny the batch, but what
 	// one allows it consumes whatever the other ops decide, so a denied request is counted
 	// too. A counter op's key is its own: no other op of the batch names it.
 	Counter bool

@@ -44,10 +44,10 @@ type Op struct {
 	// Shadow ops are decided and reported but never deny the batch; a denied shadow op
 	// consumes nothing.
 	Shadow bool
-	// Counter ops count requests rather than limit them (escalation's burst counters,
-	// docs/architecture.md, Escalation and adaptive limits): like shadow ops they never deny the batch, but what
-	// one allows it consumes whatever the other ops decide, so a denied request is counted
-	// too. A counter op's key is its own: no other op of the batch names it.
+	// Counter ops count requests rather than limit them (escalation's burst counters;
+	// docs/architecture.md, Escalation and adaptive limits): like shadow ops they never deny
+	// the batch, but what one allows it consumes whatever the other ops decide, so a denied
+	// request is counted too. A counter op's key is its own: no other op of the batch names it.
 	Counter bool
 }
 

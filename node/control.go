@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/adminapi"
@@ -142,8 +144,9 @@ type adminDeps struct {
 	metrics   *metrics.Metrics
 	dataDir   string
 	log       *slog.Logger
-	// stats is this node's live statistics (serve_ui.go), for GET /admin/v1/stats and top.
+	// stats is this node's live statistics (ui.go), for GET /admin/v1/stats and top.
 	stats *fleetstats.Collector
+	reg   prometheus.Registerer
 }
 
 // bootstrapAdmin makes sure an admin token exists, before the node compiles its first policy
@@ -186,6 +189,7 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		Applied:       d.runtime.Sync,
 		NodeWindow:    follower.LiveNodeWindow,
 		Fleet:         fleetstats.View{Local: d.stats.Snapshot, Logger: d.log},
+		Registerer:    d.reg,
 		Logger:        d.log,
 	})
 }

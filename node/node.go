@@ -394,7 +394,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	abuseMetrics.Store(ab)
 	esc.Start(ctx, rt.Sync)
 
-	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet})
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet, reg: reg})
 	if err != nil {
 		return n, err
 	}

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
@@ -102,6 +104,8 @@ type Options struct {
 	MaxBodyBytes int64
 	// AuthFailures bounds the failed authentications of one client IP (DefaultAuthFailures).
 	AuthFailures AuthFailureLimit
+	// Registerer receives sluice_admin_auth_failures_total; nil counts nothing.
+	Registerer prometheus.Registerer
 }
 
 // Server is the admin API; it is an http.Handler for the paths under Prefix.
@@ -112,6 +116,8 @@ type Server struct {
 	now    func() time.Time
 	mux    *http.ServeMux
 	guards *guard
+	// authFails counts and logs failed authentications.
+	authFails *authFailures
 }
 
 // New returns the admin API over o.Control.
@@ -141,7 +147,12 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g}
+	fails, err := newAuthFailures(o.Registerer)
+	if err != nil {
+		g.close()
+		return nil, fmt.Errorf("adminapi: %w", err)
+	}
+	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g, authFails: fails}
 	s.routes()
 	return s, nil
 }

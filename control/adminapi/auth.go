@@ -147,11 +147,11 @@ func bearer(header string) (string, bool) {
 // authenticate returns the token that authorization carries. The secret is hashed and looked
 // up by its hash (an index match, which reveals nothing of the secret through timing), and the
 // hashes are compared again in constant time, so that no path compares secret bytes early-out.
+//
+// A valid token is never refused for failures: the failure limit is per client address, and
+// others sharing an operator's address (a NAT, a proxy) must not lock the operator out. What
+// it refuses, once an address used up its failures, is every token that does not match.
 func (s *Server) authenticate(ctx context.Context, ip, authorization string) (control.Token, error) {
-	key := clientKey(ip)
-	if err := s.guards.blocked(ctx, key); err != nil {
-		return control.Token{}, err
-	}
 	secret, ok := bearer(authorization)
 	if !ok {
 		return control.Token{}, ErrUnauthenticated
@@ -160,15 +160,19 @@ func (s *Server) authenticate(ctx context.Context, ip, authorization string) (co
 	tok, err := s.store.TokenByHash(ctx, h)
 	switch {
 	case errors.Is(err, control.ErrNotFound):
-		s.guards.failed(ctx, key)
-		return control.Token{}, ErrUnauthenticated
 	case err != nil:
 		return control.Token{}, fmt.Errorf("authenticate: %w", err)
-	case subtle.ConstantTimeCompare(tok.Hash[:], h[:]) != 1:
-		s.guards.failed(ctx, key)
-		return control.Token{}, ErrUnauthenticated
+	case subtle.ConstantTimeCompare(tok.Hash[:], h[:]) == 1:
+		return tok, nil
 	}
-	return tok, nil
+	key := clientKey(ip)
+	if err := s.guards.blocked(ctx, key); err != nil {
+		s.authFailed(ip, failureLimited)
+		return control.Token{}, err
+	}
+	s.guards.failed(ctx, key)
+	s.authFailed(ip, failureInvalid)
+	return control.Token{}, ErrUnauthenticated
 }
 
 // Authorize checks that authorization (an HTTP Authorization header value, or gRPC metadata

@@ -1,0 +1,67 @@
+package adminapi
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The reasons of sluice_admin_auth_failures_total.
+const (
+	// failureInvalid: a token that matches none.
+	failureInvalid = "invalid"
+	// failureLimited: a token that matches none, from an address over its failure limit.
+	failureLimited = "limited"
+)
+
+// authFailures counts and logs failed authentications. The log is bounded (one line a second
+// at most, with the number left unsaid), so that a guesser cannot fill a disk or drown the
+// log; the counter counts every one.
+type authFailures struct {
+	counter *prometheus.CounterVec // nil: not counted
+
+	mu      sync.Mutex
+	last    time.Time
+	unsaid  int
+	logOnce time.Duration
+}
+
+// newAuthFailures registers sluice_admin_auth_failures_total with reg (nil: none).
+func newAuthFailures(reg prometheus.Registerer) (*authFailures, error) {
+	a := &authFailures{logOnce: time.Second}
+	if reg == nil {
+		return a, nil
+	}
+	a.counter = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_admin_auth_failures_total",
+		Help: "Admin API and reset calls refused for their token, by reason: invalid (matches no token) or limited (from an address over its failure limit).",
+	}, []string{"reason"})
+	if err := reg.Register(a.counter); err != nil {
+		return nil, err
+	}
+	for _, r := range []string{failureInvalid, failureLimited} {
+		a.counter.WithLabelValues(r)
+	}
+	return a, nil
+}
+
+// authFailed counts a failure of the client at ip, and logs it unless a line was written
+// within the last second. The token is never logged.
+func (s *Server) authFailed(ip, reason string) {
+	a := s.authFails
+	if a.counter != nil {
+		a.counter.WithLabelValues(reason).Inc()
+	}
+	now := s.now()
+	a.mu.Lock()
+	if now.Sub(a.last) < a.logOnce && !a.last.IsZero() {
+		a.unsaid++
+		a.mu.Unlock()
+		return
+	}
+	unsaid := a.unsaid
+	a.last, a.unsaid = now, 0
+	a.mu.Unlock()
+	s.log.Warn("admin authentication failed", "client", ip, "reason", reason, "unlogged_before", unsaid)
+}

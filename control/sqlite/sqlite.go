@@ -14,6 +14,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +48,9 @@ type Store struct {
 func Path(dataDir string) string { return filepath.Join(dataDir, FileName) }
 
 // Open opens (creating if needed) the control store at path, and its folder with mode 0700,
-// and applies the schema migrations it lacks.
+// and applies the schema migrations it lacks. The file is mode 0600, whatever the umask or an
+// older version left: it holds customers' API keys (identities, overrides, exemptions). SQLite
+// gives its -wal and -shm files the database file's mode.
 func Open(ctx context.Context, path string, opts control.Options) (*Store, error) {
 	queries, err := sqlstore.ParseQueries(files, "sql/queries")
 	if err != nil {
@@ -58,6 +61,9 @@ func Open(ctx context.Context, path string, opts control.Options) (*Store, error
 		return nil, fmt.Errorf("control store %s: %w", path, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("control store %s: %w", path, err)
+	}
+	if err := private(abs); err != nil {
 		return nil, fmt.Errorf("control store %s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite", dsn(abs))
@@ -96,6 +102,22 @@ func Open(ctx context.Context, path string, opts control.Options) (*Store, error
 		return nil, fmt.Errorf("control store %s: %w", path, err)
 	}
 	return &Store{core}, nil
+}
+
+// private creates the database file with mode 0600 when it is missing, and sets the mode of
+// the file and of its -wal and -shm companions to 0600 when they exist.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // dsn builds the driver's DSN for path. The path goes in a file: URI, so '?', '#' and '%' in

@@ -92,6 +92,10 @@ type Config struct {
 	region           regionFlags // serve_region.go
 }
 
+// handshakeTimeout bounds a new gRPC connection's handshakes, as ReadHeaderTimeout bounds an
+// HTTP request's headers.
+const handshakeTimeout = 5 * time.Second
+
 // maxGRPCWorkers bounds --grpc-workers: each worker is a goroutine started at once.
 const maxGRPCWorkers = 1 << 16
 
@@ -457,6 +461,10 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		// scheduling per call. A call that finds every worker busy gets a goroutine of its own,
 		// so the pool must cover the calls in flight, which on Redis wait for the store.
 		grpc.NumStreamWorkers(uint32(c.grpcWorkers)),
+		// A connection that has not finished its TLS and HTTP/2 handshake by then is closed,
+		// as the HTTP listener closes one without headers: idle half-open connections would
+		// otherwise hold a file descriptor and a goroutine each for grpc-go's 120 s.
+		grpc.ConnectionTimeout(handshakeTimeout),
 	)
 	n.onCloseQuiet(n.grpcSrv.Stop) // a no-op after Run's graceful stop
 	grpcapi.New(lim, m, grpcapi.WithResetAuth(adminHandler.GRPCAuth(control.RoleWrite)), grpcapi.WithEvents(rec), grpcapi.WithTracer(tracer)).Register(n.grpcSrv)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -96,5 +97,35 @@ func TestNewUnwindsOnError(t *testing.T) {
 	}
 	if err := n.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Close without Run: %v", err)
+	}
+}
+
+// TestGRPCClosesSilentConnections: a connection to the gRPC port that never starts its
+// handshake is closed, as the HTTP listener closes one that sends no headers. The bound leaves
+// a loaded machine room; handshakeTimeout is the figure.
+func TestGRPCClosesSilentConnections(t *testing.T) {
+	n, err := New(t.Context(), testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(ctx) }()
+	defer func() { cancel(); <-ran; n.Close() }()
+	conn, err := net.Dial("tcp", n.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(handshakeTimeout + 25*time.Second))
+	buf := make([]byte, 64)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("a silent connection was still open after %s", handshakeTimeout+25*time.Second)
+			}
+			return // closed by the server
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -34,6 +35,11 @@ var (
 	// ErrInvalid: a value breaks the store's own constraints; the error is an *InvalidError
 	// naming the field. Callers validate first; this is the backstop.
 	ErrInvalid = errors.New("invalid")
+
+	// ErrLastAdmin is returned for a deletion of the last admin token, which would leave
+	// nobody able to create tokens until a restart with a new bootstrap secret. It wraps
+	// ErrConflict.
+	ErrLastAdmin = fmt.Errorf("%w: the last admin token", ErrConflict)
 )
 
 // InvalidError is a value the store refuses, named by its JSON field.

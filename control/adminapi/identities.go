@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -216,9 +217,8 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// errLastAdmin refuses to delete the last admin token, which would leave nobody able to
-// create tokens until a restart with SLUICE_ADMIN_TOKEN. Two admins deleting each other's
-// tokens at once can still both succeed; the check is for the common mistake, not a lock.
+// errLastAdmin answers a deletion of the last admin token (control.ErrLastAdmin), which the
+// store refuses inside the deletion's transaction.
 var errLastAdmin = &statusError{status: http.StatusConflict, msg: "this is the last admin token; create another admin token first"}
 
 func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request) error {
@@ -227,21 +227,10 @@ func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	toks, err := s.store.ListTokens(r.Context())
-	if err != nil {
-		return err
-	}
-	admins, target := 0, false
-	for _, t := range toks {
-		if t.Role == control.RoleAdmin {
-			admins++
-			target = target || t.Name == name
-		}
-	}
-	if target && admins == 1 {
+	v, err := s.store.DeleteToken(r.Context(), ch, name)
+	if errors.Is(err, control.ErrLastAdmin) {
 		return errLastAdmin
 	}
-	v, err := s.store.DeleteToken(r.Context(), ch, name)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,7 @@ func Run(t *testing.T, h Harness) {
 		{"Exemptions", testExemptions},
 		{"Identities", testIdentities},
 		{"Tokens", testTokens},
+		{"LastAdmin", testLastAdmin},
 		{"AuditFilters", testAuditFilters},
 		{"AuditRetention", testAuditRetention},
 		{"VersionAndLoad", testVersionAndLoad},

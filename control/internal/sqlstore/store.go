@@ -838,6 +838,23 @@ func (s *Store) DeleteToken(ctx context.Context, ch control.Change, name string)
 		if err := ifMatch(ch.IfMatch, true, old.Version); err != nil {
 			return err
 		}
+		if old.Role == control.RoleAdmin {
+			// Inside the transaction, after the version bump that serializes writers: two
+			// admins deleting each other's tokens at once cannot both pass.
+			toks, err := list(ctx, t.tx, s.q["TokenList"], scanToken)
+			if err != nil {
+				return err
+			}
+			admins := 0
+			for _, tk := range toks {
+				if tk.Role == control.RoleAdmin {
+					admins++
+				}
+			}
+			if admins <= 1 {
+				return control.ErrLastAdmin
+			}
+		}
 		if _, err := t.tx.ExecContext(ctx, s.q["TokenDelete"], name); err != nil {
 			return err
 		}

@@ -118,7 +118,12 @@ type Store interface {
 	// CreateToken stores t. ErrConflict if the name or the hash is taken.
 	CreateToken(ctx context.Context, ch Change, t Token) (Token, error)
 	// DeleteToken deletes a token and returns the control version of the change.
+	// ErrLastAdmin for the last admin token.
 	DeleteToken(ctx context.Context, ch Change, name string) (int64, error)
+	// ReplaceToken stores t in place of the token of its name, in one transaction (audited
+	// as an update), or creates it when there is none: a rotated secret never leaves a moment
+	// without the token. ErrConflict if the hash is another token's.
+	ReplaceToken(ctx context.Context, ch Change, t Token) (Token, error)
 
 	// AppendAudit records an event that is not a change of this store: a policy-file reload or
 	// an automatic penalty. It sets ID and At and leaves Version 0; it bumps no version.

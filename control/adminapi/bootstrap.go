@@ -101,24 +101,15 @@ func bootstrapSecret(ctx context.Context, store control.Store, secret string, lo
 	switch {
 	case err == nil && subtle.ConstantTimeCompare(tok.Hash[:], h[:]) == 1 && tok.Role == control.RoleAdmin:
 		return nil
-	case err == nil:
-		// The secret was rotated: the store has no update of a token, so the old one is
-		// deleted and the new one created, each audited (without secrets or hashes).
-		ch := control.Change{Actor: bootstrapActor, Reason: "admin token from the environment or file changed"}
-		if _, err := store.DeleteToken(ctx, ch, BootstrapTokenName); err != nil && !errors.Is(err, control.ErrNotFound) {
-			return fmt.Errorf("bootstrap admin token: replace: %w", err)
-		}
-	case !errors.Is(err, control.ErrNotFound):
+	case err != nil && !errors.Is(err, control.ErrNotFound):
 		return fmt.Errorf("bootstrap admin token: %w", err)
 	}
-	_, err = store.CreateToken(ctx, control.Change{Actor: bootstrapActor, Reason: "admin token from the environment or file"},
+	// Created, or the secret rotated: replaced in one transaction (audited without secrets or
+	// hashes), so the fleet is never without the token in between.
+	_, err = store.ReplaceToken(ctx, control.Change{Actor: bootstrapActor, Reason: "admin token from the environment or file"},
 		control.Token{Name: BootstrapTokenName, Role: control.RoleAdmin, Hash: h})
 	if errors.Is(err, control.ErrConflict) {
-		// Another node of the fleet stored the same secret a moment ago, or another token has
-		// this secret already (never say which).
-		if tok, gerr := store.GetToken(ctx, BootstrapTokenName); gerr == nil && subtle.ConstantTimeCompare(tok.Hash[:], h[:]) == 1 {
-			return nil
-		}
+		// Another token has this secret already (never say which).
 		return errors.New("bootstrap admin token: the given secret is already another token's; choose another")
 	}
 	if err != nil {

@@ -61,6 +61,27 @@ func testLastAdmin(t *testing.T, e *env) {
 	if admins != 1 {
 		t.Errorf("%d admin tokens left, want 1", admins)
 	}
+	// The last admin token's secret rotates in one transaction, audited as an update.
+	for _, tk := range toks {
+		if tk.Role != control.RoleAdmin {
+			continue
+		}
+		got, err := e.s.ReplaceToken(e.ctx, ch(""), control.Token{Name: tk.Name, Role: control.RoleAdmin, Hash: control.HashToken("rotated")})
+		if err != nil {
+			t.Fatalf("ReplaceToken of the last admin token: %v", err)
+		}
+		e.lastEvent(control.ActionUpdate, control.KindToken, tk.Name, got.Version)
+		if _, err := e.s.TokenByHash(e.ctx, tk.Hash); !errors.Is(err, control.ErrNotFound) {
+			t.Errorf("the old secret still authenticates: %v", err)
+		}
+		if _, err := e.s.TokenByHash(e.ctx, control.HashToken("rotated")); err != nil {
+			t.Errorf("the new secret does not authenticate: %v", err)
+		}
+		e.unchanged("a secret another token has", control.ErrConflict, func() error {
+			_, err := e.s.ReplaceToken(e.ctx, ch(""), control.Token{Name: tk.Name, Role: control.RoleAdmin, Hash: control.HashToken("ci-secret")})
+			return err
+		})
+	}
 	if _, err := e.s.DeleteToken(e.ctx, ch(""), "ci"); err != nil {
 		t.Errorf("deleting a write token beside the last admin: %v", err)
 	}

@@ -828,6 +828,43 @@ func (s *Store) CreateToken(ctx context.Context, ch control.Change, tok control.
 	return tok, nil
 }
 
+// ReplaceToken implements control.Store.
+func (s *Store) ReplaceToken(ctx context.Context, ch control.Change, tok control.Token) (control.Token, error) {
+	if err := tok.Validate(); err != nil {
+		return control.Token{}, fmt.Errorf("replace token: %w", err)
+	}
+	_, err := s.change(ctx, ch, func(t *tx) error {
+		old, err := one(ctx, t.tx, s.q["TokenGet"], scanToken, tok.Name)
+		exists := err == nil
+		if err != nil && !errors.Is(err, control.ErrNotFound) {
+			return err
+		}
+		if exists {
+			if err := ifMatch(ch.IfMatch, true, old.Version); err != nil {
+				return err
+			}
+			if _, err := t.tx.ExecContext(ctx, s.q["TokenDelete"], tok.Name); err != nil {
+				return err
+			}
+		} else if ch.IfMatch != "" {
+			return control.ErrPreconditionFailed
+		}
+		tok.CreatedBy, tok.CreatedAt, tok.Version = ch.Actor, t.now, t.version
+		if _, err := t.tx.ExecContext(ctx, s.q["TokenInsert"], tok.Name, string(tok.Role), tok.Hash[:],
+			tok.CreatedBy, s.d.Time(tok.CreatedAt), tok.Version); err != nil {
+			return err // a taken hash is a unique violation: ErrConflict
+		}
+		if !exists {
+			return t.audit(control.KindToken, control.ActionCreate, tok.Name, nil, tok, "")
+		}
+		return t.audit(control.KindToken, control.ActionUpdate, tok.Name, old, tok, "")
+	})
+	if err != nil {
+		return control.Token{}, fmt.Errorf("replace token %q: %w", tok.Name, err)
+	}
+	return tok, nil
+}
+
 // DeleteToken implements control.Store.
 func (s *Store) DeleteToken(ctx context.Context, ch control.Change, name string) (int64, error) {
 	v, err := s.change(ctx, ch, func(t *tx) error {

@@ -37,7 +37,7 @@ func TestChart(t *testing.T) {
 			check: func(t *testing.T, r *rendering) {
 				want := []string{
 					"ConfigMap/edge-sluice-policy", "Deployment/edge-sluice", "PodDisruptionBudget/edge-sluice",
-					"Secret/edge-sluice", "Service/edge-sluice", "Service/edge-sluice-headless", "ServiceAccount/edge-sluice",
+					"Secret/edge-sluice", "Service/edge-sluice", "Service/edge-sluice-admin", "Service/edge-sluice-headless", "ServiceAccount/edge-sluice",
 				}
 				if got := sorted(r.kinds()); !slices.Equal(got, want) {
 					t.Errorf("objects %q, want %q", got, want)
@@ -50,7 +50,7 @@ func TestChart(t *testing.T) {
 					t.Errorf("readiness probe %+v, want GET /readyz on http", c.ReadinessProbe)
 				}
 				for name, want := range map[string]string{
-					"SLUICE_HTTP": "0.0.0.0:8080", "SLUICE_GRPC": "0.0.0.0:8081", "SLUICE_CONFIG": "/etc/sluice/policy",
+					"SLUICE_HTTP": "0.0.0.0:8080", "SLUICE_GRPC": "0.0.0.0:8081", "SLUICE_ADMIN_HTTP": "0.0.0.0:8082", "SLUICE_CONFIG": "/etc/sluice/policy",
 					"SLUICE_DATA_DIR": "/var/lib/sluice", "SLUICE_LOG_FORMAT": "json", "GOMEMLIMIT": "$(SLUICE_MEMORY_LIMIT_MIB)MiB",
 				} {
 					if e := env(c, name); e == nil || e.Value != want {
@@ -72,7 +72,21 @@ func TestChart(t *testing.T) {
 				if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds != 5 {
 					t.Errorf("preStop %+v, want a 5 s sleep", c.Lifecycle)
 				}
-				if !strings.Contains(r.notes, "edge-sluice-headless.rate-limits.svc:8081") || !strings.Contains(r.notes, "get secret edge-sluice") {
+				// The admin API has its own ClusterIP Service, and the data Service does not
+				// route to its port.
+				for _, svc := range r.services() {
+					for _, p := range svc.Spec.Ports {
+						admin := p.TargetPort.StrVal == "admin"
+						if admin != (svc.Name == "edge-sluice-admin") {
+							t.Errorf("Service %s routes port %s to %s", svc.Name, p.Name, p.TargetPort.StrVal)
+						}
+						if admin && (svc.Spec.Type != corev1.ServiceTypeClusterIP || p.Port != 8082) {
+							t.Errorf("admin Service %s port %d, want a ClusterIP on 8082", svc.Spec.Type, p.Port)
+						}
+					}
+				}
+				if !strings.Contains(r.notes, "edge-sluice-headless.rate-limits.svc:8081") || !strings.Contains(r.notes, "get secret edge-sluice") ||
+					!strings.Contains(r.notes, "port-forward svc/edge-sluice-admin 8082:8082") {
 					t.Errorf("NOTES:\n%s", r.notes)
 				}
 			},
@@ -159,7 +173,7 @@ serviceMonitor: {enabled: true, labels: {release: kube-prometheus-stack}, interv
 		},
 		{
 			name:   "PodDisruptionBudget by minAvailable",
-			values: `{replicaCount: 3, store: {redis: {enabled: true, url: "redis://r:6379"}}, podDisruptionBudget: {minAvailable: 2}}`,
+			values: `{replicaCount: 3, store: {redis: {enabled: true, url: "redis://r:6379"}}, control: {postgres: {enabled: true, url: "postgres://u:p@pg:5432/sluice"}}, podDisruptionBudget: {minAvailable: 2}}`,
 			check: func(t *testing.T, r *rendering) {
 				if !strings.Contains(r.all("PodDisruptionBudget")[0].raw, "minAvailable: 2") {
 					t.Errorf("PDB:\n%s", r.all("PodDisruptionBudget")[0].raw)
@@ -294,10 +308,24 @@ policy:
 		},
 		{
 			name:   "memory store with several pods warns",
-			values: `replicaCount: 2`,
+			values: `{replicaCount: 2, control: {postgres: {enabled: true, url: "postgres://u:p@pg:5432/sluice"}}}`,
 			check: func(t *testing.T, r *rendering) {
 				if !strings.Contains(r.notes, "WARNING: 2 pods on the memory store") {
 					t.Errorf("NOTES:\n%s", r.notes)
+				}
+			},
+		},
+		{
+			name:   "admin API on the http port",
+			values: `admin: {separatePort: false}`,
+			check: func(t *testing.T, r *rendering) {
+				for _, svc := range r.services() {
+					if svc.Name == "edge-sluice-admin" {
+						t.Error("an admin Service without separatePort")
+					}
+				}
+				if e := env(r.container(t), "SLUICE_ADMIN_HTTP"); e != nil {
+					t.Errorf("SLUICE_ADMIN_HTTP set without separatePort: %+v", e)
 				}
 			},
 		},
@@ -329,6 +357,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ name, values, err string }{
 		{"misspelt key", `replicas: 2`, "replicas"},
+		{"split control plane", `{replicaCount: 2, store: {redis: {enabled: true, url: "redis://r:6379"}}}`, "control.postgres.enabled"},
+		{"admin port", `admin: {service: {port: 0}}`, "port"},
 		{"misspelt nested key", `store: {redis: {enable: true}}`, "enable"},
 		{"Redis without its URL", `store: {redis: {enabled: true}}`, "store.redis.url is required"},
 		{"PostgreSQL without its URL", `control: {postgres: {enabled: true}}`, "control.postgres.url is required"},

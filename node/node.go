@@ -58,6 +58,7 @@ type Config struct {
 	Version          string
 	config           string
 	httpAddr         string
+	adminHTTP        string
 	grpcAddr         string
 	dataDir          string
 	storeURL         string
@@ -116,6 +117,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
 	f.StringVar(&c.httpAddr, "http", EnvDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
+	f.StringVar(&c.adminHTTP, "admin-http", EnvDefault("SLUICE_ADMIN_HTTP", ""), "serve the admin API (/admin/v1) and the dashboard (/ui/) on this address, and not on --http, so that the data port can face callers while the admin port stays private; empty serves them on --http (SLUICE_ADMIN_HTTP)")
 	f.StringVar(&c.grpcAddr, "grpc", EnvDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", EnvDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
 	f.StringVar(&c.control, "control", EnvDefault("SLUICE_CONTROL", controlSQLite), "control store of rules, overrides, exemptions, identities, tokens and audit: sqlite (<data-dir>/control.db, one node) or postgres://user:pass@host:5432/db (a fleet) (SLUICE_CONTROL)")
@@ -192,12 +194,16 @@ type Node struct {
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
-	grpcSrv        *grpc.Server
-	serverTLS      *tlsreload.Reloader
-	healthSrv      *health.Server
-	healthcheck    *rls.Healthcheck
-	closeOnce      sync.Once
-	closeErr       error
+	// adminLn and adminSrv serve the admin API and the dashboard with --admin-http; nil
+	// without it (they are on the HTTP listener then).
+	adminLn     net.Listener
+	adminSrv    *http.Server
+	grpcSrv     *grpc.Server
+	serverTLS   *tlsreload.Reloader
+	healthSrv   *health.Server
+	healthcheck *rls.Healthcheck
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // onClose pushes f on the closer stack.
@@ -370,6 +376,12 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return n, fmt.Errorf("--grpc: %w", err)
 	}
 	n.onClose(ignoreClosed(n.grpcLn.Close))
+	if c.adminHTTP != "" {
+		if n.adminLn, err = net.Listen("tcp", c.adminHTTP); err != nil {
+			return n, fmt.Errorf("--admin-http: %w", err)
+		}
+		n.onClose(ignoreClosed(n.adminLn.Close))
+	}
 	id := nodeID(c.nodeID, n.httpLn.Addr())
 
 	statsCtx, stopStats := context.WithCancel(context.WithoutCancel(ctx))
@@ -436,22 +448,21 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	n.healthcheck = &rls.Healthcheck{}
 	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
 	mux.Handle("GET /healthcheck", n.healthcheck)
-	mux.Handle("/admin/v1/", adminHandler)
 	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
-	mountUI(mux)
+	adminMux := mux
+	if n.adminLn != nil {
+		adminMux = http.NewServeMux()
+	}
+	adminMux.Handle("/admin/v1/", adminHandler)
+	mountUI(adminMux)
 	if c.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	n.httpSrv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	n.httpSrv = httpServer(mux, log)
+	if n.adminLn != nil {
+		n.adminSrv = httpServer(adminMux, log)
 	}
 	n.grpcSrv = grpc.NewServer(
 		grpc.MaxRecvMsgSize(1<<20),
@@ -478,6 +489,20 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	return n, nil
 }
 
+// httpServer is an HTTP server of the node: bounded headers and bodies in time and size, so
+// that slow or silent clients cannot hold connections.
+func httpServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // ignoreClosed makes a listener's Close quiet when the server closed it already.
 func ignoreClosed(close func() error) func() error {
 	return func() error {
@@ -491,6 +516,15 @@ func ignoreClosed(close func() error) func() error {
 // HTTPAddr is the address the HTTP listener is bound to (useful with --http 127.0.0.1:0).
 func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
 
+// AdminHTTPAddr is the address the admin listener is bound to, or "" without --admin-http
+// (the admin API is on HTTPAddr then).
+func (n *Node) AdminHTTPAddr() string {
+	if n.adminLn == nil {
+		return ""
+	}
+	return n.adminLn.Addr().String()
+}
+
 // GRPCAddr is the address the gRPC listener is bound to.
 func (n *Node) GRPCAddr() string { return n.grpcLn.Addr().String() }
 
@@ -501,8 +535,11 @@ func (n *Node) Limiter() *sluice.Limiter { return n.lim }
 // then drains: health checks turn to failing, the servers finish the requests in flight
 // (10 s at most) and the follower stops. Close releases the rest; Run does not.
 func (n *Node) Run(ctx context.Context) error {
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	go func() { errs <- serveHTTP(n.httpSrv, n.httpLn, n.serverTLS) }()
+	if n.adminSrv != nil {
+		go func() { errs <- serveHTTP(n.adminSrv, n.adminLn, n.serverTLS) }()
+	}
 	go func() { errs <- n.grpcSrv.Serve(n.grpcLn) }()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -512,7 +549,7 @@ func (n *Node) Run(ctx context.Context) error {
 	} else {
 		close(watched)
 	}
-	n.log.Info("sluice serving", "version", n.cfg.Version, "http", n.HTTPAddr(), "grpc", n.GRPCAddr(), "store", n.storeName, "control", n.ctrlName, "data_dir", n.cfg.dataDir, "policy", n.lim.Policy().Version)
+	n.log.Info("sluice serving", "version", n.cfg.Version, "http", n.HTTPAddr(), "admin_http", n.AdminHTTPAddr(), "grpc", n.GRPCAddr(), "store", n.storeName, "control", n.ctrlName, "data_dir", n.cfg.dataDir, "policy", n.lim.Policy().Version)
 
 	var serveErr error
 	select {
@@ -525,8 +562,13 @@ func (n *Node) Run(ctx context.Context) error {
 	n.healthcheck.Fail()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := n.httpSrv.Shutdown(shutdownCtx); err != nil {
-		n.log.Warn("http shutdown", "err", err)
+	for _, srv := range []*http.Server{n.httpSrv, n.adminSrv} {
+		if srv == nil {
+			continue
+		}
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			n.log.Warn("http shutdown", "err", err)
+		}
 	}
 	stopped := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(stopped) }()

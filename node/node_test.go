@@ -129,3 +129,45 @@ func TestGRPCClosesSilentConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminHTTP: with --admin-http the admin API and the dashboard answer on their own
+// listener and not on --http, which keeps the data plane's API.
+func TestAdminHTTP(t *testing.T) {
+	n, err := New(t.Context(), testConfig(t, "--admin-http", "127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(ctx) }()
+	defer func() { cancel(); <-ran; n.Close() }()
+	status := func(method, addr, path, body string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	admin, data := n.AdminHTTPAddr(), n.HTTPAddr()
+	for _, tc := range []struct {
+		name, method, addr, path, body string
+		want                           int
+	}{
+		{"admin API on the admin port", "GET", admin, "/admin/v1/openapi.json", "", 200},
+		{"dashboard on the admin port", "GET", admin, "/ui/", "", 200},
+		{"no admin API on the data port", "GET", data, "/admin/v1/openapi.json", "", 404},
+		{"no dashboard on the data port", "GET", data, "/ui/", "", 404},
+		{"checks on the data port", "POST", data, "/v1/check", `{"user":"u"}`, 200},
+		{"no checks on the admin port", "POST", admin, "/v1/check", `{"user":"u"}`, 404},
+	} {
+		if got := status(tc.method, tc.addr, tc.path, tc.body); got != tc.want {
+			t.Errorf("%s: %s %s answered %d, want %d", tc.name, tc.method, tc.path, got, tc.want)
+		}
+	}
+}

@@ -233,6 +233,7 @@ func (r *Region) mergeInbox(rec []byte) error {
 	at = min(at, r.nowMicros())
 	r.receive(pi, counts, at)
 	p := r.peers[pi]
+	p.stale.arrived(req.GetSentAtUs(), at)
 	storeMax(&p.fromPeer, at)
 	storeMax(&p.heard, at)
 	return nil

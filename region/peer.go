@@ -216,6 +216,7 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 		}
 		storeMax(&p.heard, r.nowMicros())
 		d := rtt.Microseconds() / 2
+		p.stale.measured(d)
 		if old := p.delay.Load(); old > 0 {
 			d = old + (d-old)/4
 		}

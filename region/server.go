@@ -56,6 +56,7 @@ func (s *server) Sync(ctx context.Context, req *sluicev1.SyncRequest) (*sluicev1
 	r.postInbox(req, now)
 	r.receive(pi, counts, now)
 	p := r.peers[pi]
+	p.stale.arrived(req.GetSentAtUs(), now)
 	storeMax(&p.fromPeer, now)
 	storeMax(&p.heard, now)
 	return &sluicev1.SyncResponse{Region: r.cfg.Name, SentAtUs: req.GetSentAtUs()}, nil

@@ -79,6 +79,8 @@ type peer struct {
 	// delay is the measured one-way delay to the peer (µs): half the round trip of Sync calls,
 	// smoothed.
 	delay atomic.Int64
+	// stale follows how late the peer's syncs arrive and how long they take, as observed.
+	stale staleness
 
 	client
 }
@@ -114,13 +116,15 @@ func (r *Region) remote(key []byte, p *algorithm.Params, now int64) int64 {
 }
 
 // unseen is how long the peer's admissions have gone unseen by the time a report now could
-// arrive: sync interval + one-way delay; for a silent peer, since its last report was read
-// there (its last rate is assumed meanwhile). Never more than the window so far.
+// arrive: sync interval + one-way delay; since its last report arrived, plus the age that
+// report had on arrival, when that is longer (a silent or late peer: its last rate is assumed
+// meanwhile). Delay and age are as observed (staleness), not as configured. Never more than
+// the window so far.
 func (r *Region) unseen(pe *peer, now, sync, start int64) int64 {
-	d := pe.delay.Load()
+	d := max(pe.delay.Load(), pe.stale.delay.Load())
 	u := sync + d
 	if h := pe.fromPeer.Load(); h > 0 {
-		u = max(u, now-h+d)
+		u = max(u, now-h+d+pe.stale.age.Load())
 	}
 	return min(u, now-start)
 }

@@ -36,8 +36,12 @@ const (
 	DefaultHeartbeatInterval = 3 * time.Second
 	// DefaultMaintenanceInterval is how often the fleet's housekeeping runs (on one node).
 	DefaultMaintenanceInterval = 10 * time.Second
-	// DefaultTimeout bounds each call to the control store.
+	// DefaultTimeout bounds each call to the control store, and is the first deadline of a
+	// read of its whole state (Load), which stretches as the store grows (loadTimeout).
 	DefaultTimeout = 2 * time.Second
+	// DefaultMaxLoadTimeout is as far as a Load's deadline stretches: a store that answers
+	// but cannot be read whole within it is reported down.
+	DefaultMaxLoadTimeout = time.Minute
 	// DefaultAuditRetention keeps audit events a year (--audit-retention).
 	DefaultAuditRetention = 365 * 24 * time.Hour
 	// DefaultCountsRetention keeps usage and violation counts 30 days (--violations-retention).
@@ -53,6 +57,10 @@ const LiveNodeWindow = 4 * DefaultHeartbeatInterval
 // maintenanceLease is the control store lease whose holder runs the housekeeping, so that one
 // node of a fleet does it rather than all of them at once.
 const maintenanceLease = "maintenance"
+
+// loadHeadroom is how many times the last successful Load's duration the next one may take:
+// the same store read while the machine is busy, or after it grew, must still fit.
+const loadHeadroom = 4
 
 // pruneEvery is how often the holder of the maintenance lease prunes old audit events, counts
 // and nodes; expiring runs at every maintenance.
@@ -79,7 +87,8 @@ type Options struct {
 	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Now is the clock that exemption expiry is compiled against; time.Now when nil.
+	// Now is the clock that exemption expiry is compiled against and that a Load's duration
+	// is measured on; time.Now when nil.
 	Now func() time.Time
 
 	// Intervals and bounds; zero takes the default of the same name.
@@ -87,6 +96,7 @@ type Options struct {
 	HeartbeatInterval   time.Duration
 	MaintenanceInterval time.Duration
 	Timeout             time.Duration
+	MaxLoadTimeout      time.Duration
 	AuditRetention      time.Duration
 	CountsRetention     time.Duration
 	NodeRetention       time.Duration
@@ -106,6 +116,9 @@ type Runtime struct {
 	// read never replaces a newer one. It is held across I/O, but only by the Runtime's own
 	// goroutines and Sync, never by a check.
 	loadMu sync.Mutex
+	// loadTimeout is the deadline of the next Load, guarded by loadMu: it follows how long
+	// the store takes to read, so that a large store is not mistaken for one that is down.
+	loadTimeout time.Duration
 	// mu guards the fields below: what the snapshot is compiled from. It is never held across
 	// I/O.
 	mu      sync.Mutex
@@ -177,6 +190,7 @@ func New(o Options) (*Runtime, error) {
 	}{
 		{&o.PollInterval, DefaultPollInterval}, {&o.HeartbeatInterval, DefaultHeartbeatInterval},
 		{&o.MaintenanceInterval, DefaultMaintenanceInterval}, {&o.Timeout, DefaultTimeout},
+		{&o.MaxLoadTimeout, DefaultMaxLoadTimeout},
 		{&o.AuditRetention, DefaultAuditRetention}, {&o.CountsRetention, DefaultCountsRetention},
 		{&o.NodeRetention, DefaultNodeRetention}, {&o.TrustInterval, DefaultTrustInterval},
 	}
@@ -185,11 +199,12 @@ func New(o Options) (*Runtime, error) {
 			*d.v = d.def
 		}
 	}
+	o.MaxLoadTimeout = max(o.MaxLoadTimeout, o.Timeout)
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}
 	}
 	r := &Runtime{
-		o: o, log: o.Logger, now: o.Now, files: o.Files,
+		o: o, log: o.Logger, now: o.Now, files: o.Files, loadTimeout: o.Timeout,
 		swapped: make(chan struct{}, 1), expiry: make(chan struct{}, 1), auditNow: make(chan struct{}, 1),
 		trustNow: make(chan struct{}, 1),
 	}
@@ -214,10 +229,11 @@ func newFilesEvent(path string, f *policy.Files, trigger string) *filesEvent {
 	return &filesEvent{path: path, version: f.Version, trigger: trigger, rules: len(f.Snapshot().Rules())}
 }
 
-// Start reads the control store once, waiting at most the Timeout, so that a node whose store
-// answers starts on the whole policy; then it follows the store in the background until ctx
-// ends or Close. A store that does not answer is not an error: the node starts on its files
-// and catches up when the store answers.
+// Start reads the control store once, so that a node whose store answers starts on the whole
+// policy; then it follows the store in the background until ctx ends or Close. A store that
+// does not answer is not an error: the node starts on its files after about two Timeouts (the
+// read's and the probe's, see read) and catches up when the store answers. A store that
+// answers but is slow to read whole holds Start until it is read, or until MaxLoadTimeout.
 func (r *Runtime) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.load(ctx, "start")
@@ -372,9 +388,7 @@ func (r *Runtime) setUp(err error) {
 func (r *Runtime) load(ctx context.Context, why string) error {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
-	defer cancel()
-	st, err := r.o.Store.Load(ctx)
+	st, err := r.read(ctx)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err // shutting down: not the store's fault
 	}
@@ -390,6 +404,42 @@ func (r *Runtime) load(ctx context.Context, why string) error {
 	r.state = policyState(st)
 	notify(r.trustNow)
 	return r.compileLocked(why)
+}
+
+// read runs Load under loadTimeout. A Load that runs out of its deadline is not taken as the
+// store being down until the store fails a probe (Version, bounded by Timeout): while the
+// store answers, the deadline doubles and the Load runs again, up to MaxLoadTimeout, because
+// a store larger than one deadline must still be read. A store that hangs fails the probe
+// and is reported down as before. After a success the deadline follows the Load's duration
+// (loadHeadroom times it), shrinking by at most half per Load so that one quick read does not
+// undo what a busy spell taught. r.loadMu is held.
+func (r *Runtime) read(ctx context.Context) (*control.State, error) {
+	for {
+		timeout := r.loadTimeout
+		lctx, cancel := context.WithTimeout(ctx, timeout)
+		start := r.now()
+		st, err := r.o.Store.Load(lctx)
+		took := r.now().Sub(start)
+		timedOut := err != nil && ctx.Err() == nil &&
+			(errors.Is(lctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
+		cancel()
+		if err == nil {
+			r.loadTimeout = min(max(r.o.Timeout, loadHeadroom*took, timeout/2), r.o.MaxLoadTimeout)
+			return st, nil
+		}
+		if !timedOut || timeout >= r.o.MaxLoadTimeout {
+			return nil, err
+		}
+		pctx, pcancel := context.WithTimeout(ctx, r.o.Timeout)
+		_, perr := r.o.Store.Version(pctx)
+		pcancel()
+		if perr != nil {
+			return nil, err
+		}
+		r.loadTimeout = min(2*timeout, r.o.MaxLoadTimeout)
+		r.log.Info("control store answers but was not read within the deadline; reading again with a longer one",
+			"deadline", timeout, "next_deadline", r.loadTimeout, "err", err)
+	}
 }
 
 // heldVersion is the control version of the state last read, or -1 before any.

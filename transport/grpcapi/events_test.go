@@ -1,4 +1,4 @@
-package grpcapi
+package grpcapi_test
 
 import (
 	"path/filepath"
@@ -11,9 +11,14 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/sqlite"
+	"github.com/sluicehq/sluice/internal/testkit/testutil"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
+	"github.com/sluicehq/sluice/transport/grpcapi"
 )
+
+// This file is in the external test package because node, whose usage writer it counts
+// through, imports grpcapi.
 
 // TestEventsCountChecksNotLooks: Check decisions are counted for the usage history; GetQuota
 // and a Check of cost 0 are not.
@@ -28,11 +33,11 @@ func TestEventsCountChecksNotLooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Close(t.Context())
-	l, _ := newLimiter(t, `
+	l := testutil.Limiter(t, `
 rules:
   - {name: per-user, key: [user], algorithm: fixed_window, limit: 2, period: 1h}
-`)
-	srv := New(l, nil, WithEvents(rec))
+`, testutil.NewClock())
+	srv := grpcapi.New(l, nil, grpcapi.WithEvents(rec))
 	for range 3 {
 		if _, err := srv.Check(t.Context(), &sluicev1.CheckRequest{Tenant: "t", User: "u"}); err != nil {
 			t.Fatal(err)

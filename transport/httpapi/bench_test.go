@@ -1,4 +1,4 @@
-package httpapi
+package httpapi_test
 
 import (
 	"bytes"
@@ -14,13 +14,17 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
+	"github.com/sluicehq/sluice/transport/httpapi"
 )
+
+// This file is in the external test package because node, whose usage writer
+// BenchmarkCheckHandlerEvents counts through, imports httpapi.
 
 // BenchmarkCheckHandler measures POST /v1/check through the handler without the network, on
 // bodies like bench/check.lua's (user and tenant vary, so no reader can serve them from a cache
 // of recent strings): decoding, the decision over the memory store, headers and the JSON
 // answer. The request is reused; only its body is rewound.
-func BenchmarkCheckHandler(b *testing.B) { benchmarkCheckHandler(b, Options{}) }
+func BenchmarkCheckHandler(b *testing.B) { benchmarkCheckHandler(b, httpapi.Options{}) }
 
 // BenchmarkCheckHandlerEvents is BenchmarkCheckHandler with the decisions counted for the
 // violations log and usage history (telemetry/usage) into a SQLite control store.
@@ -35,14 +39,14 @@ func BenchmarkCheckHandlerEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rec.Close(context.Background())
-	benchmarkCheckHandler(b, Options{Events: rec})
+	benchmarkCheckHandler(b, httpapi.Options{Events: rec})
 	if s := rec.Stats(); s.Dropped > 0 {
 		b.Logf("events dropped: %d", s.Dropped)
 	}
 }
 
-func benchmarkCheckHandler(b *testing.B, o Options) {
-	s := New(testutil.Limiter(b, `
+func benchmarkCheckHandler(b *testing.B, o httpapi.Options) {
+	s := httpapi.New(testutil.Limiter(b, `
 rules:
   - {name: per-user, key: [tenant, user], algorithm: gcra, limit: 1000000000, period: 1s}
 `, testutil.NewClock()), nil, o)

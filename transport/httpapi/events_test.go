@@ -1,8 +1,10 @@
-package httpapi
+package httpapi_test
 
 import (
+	"net/http/httptest"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +13,11 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/testutil"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/telemetry/usage"
+	"github.com/sluicehq/sluice/transport/httpapi"
 )
+
+// This file is in the external test package because node, whose usage writer it counts
+// through, imports httpapi.
 
 // TestEventsCountChecksNotLooks: POST /v1/check decisions are counted for the usage history;
 // /v1/quota, a cost of 0 and bad input are not.
@@ -26,13 +32,21 @@ func TestEventsCountChecksNotLooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Close(t.Context())
-	s := New(testutil.Limiter(t, testPolicy, testutil.NewClock()), nil, Options{Events: rec})
-	for range 4 { // per-user allows 3 a minute
-		post(s, "/v1/check", `{"tenant":"t","user":"u"}`)
+	s := httpapi.New(testutil.Limiter(t, `
+rules:
+  - {name: per-user, key: [tenant, user], algorithm: fixed_window, limit: 3, period: 1m}
+`, testutil.NewClock()), nil, httpapi.Options{Events: rec})
+	post := func(path, body string) {
+		r := httptest.NewRequest("POST", path, strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(httptest.NewRecorder(), r)
 	}
-	post(s, "/v1/quota", `{"tenant":"t","user":"u"}`)
-	post(s, "/v1/check", `{"tenant":"t","user":"u","cost":0}`)
-	post(s, "/v1/check", `{"tenant":"t","user":"u","cost":-1}`)
+	for range 4 { // per-user allows 3 a minute
+		post("/v1/check", `{"tenant":"t","user":"u"}`)
+	}
+	post("/v1/quota", `{"tenant":"t","user":"u"}`)
+	post("/v1/check", `{"tenant":"t","user":"u","cost":0}`)
+	post("/v1/check", `{"tenant":"t","user":"u","cost":-1}`)
 	if err := rec.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -147,6 +148,8 @@ type adminDeps struct {
 	// stats is this node's live statistics (ui.go), for GET /admin/v1/stats and top.
 	stats *fleetstats.Collector
 	reg   prometheus.Registerer
+	// proxies are --trusted-proxies.
+	proxies []netip.Prefix
 }
 
 // bootstrapAdmin makes sure an admin token exists, before the node compiles its first policy
@@ -182,15 +185,16 @@ func bootstrapAdmin(ctx context.Context, store control.Store, tokenFile, dataDir
 // adminAPI builds the admin API (control/adminapi), mounted at /admin/v1/ on the HTTP listener.
 func adminAPI(d adminDeps) (*adminapi.Server, error) {
 	return adminapi.New(adminapi.Options{
-		Control:       d.store,
-		Limiter:       d.limiter,
-		Files:         func() adminapi.FilePolicy { return adminapi.FilesFromConfigs(d.runtime.Files().Configs()...) },
-		PolicyVersion: d.runtime.PolicyVersion,
-		Applied:       d.runtime.Sync,
-		NodeWindow:    follower.LiveNodeWindow,
-		Fleet:         fleetstats.View{Local: d.stats.Snapshot, Logger: d.log},
-		Registerer:    d.reg,
-		Logger:        d.log,
+		Control:        d.store,
+		Limiter:        d.limiter,
+		Files:          func() adminapi.FilePolicy { return adminapi.FilesFromConfigs(d.runtime.Files().Configs()...) },
+		PolicyVersion:  d.runtime.PolicyVersion,
+		Applied:        d.runtime.Sync,
+		NodeWindow:     follower.LiveNodeWindow,
+		Fleet:          fleetstats.View{Local: d.stats.Snapshot, Logger: d.log},
+		Registerer:     d.reg,
+		TrustedProxies: d.proxies,
+		Logger:         d.log,
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -59,6 +60,7 @@ type Config struct {
 	config           string
 	httpAddr         string
 	adminHTTP        string
+	trustedProxies   string
 	grpcAddr         string
 	dataDir          string
 	storeURL         string
@@ -118,6 +120,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
 	f.StringVar(&c.httpAddr, "http", EnvDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.adminHTTP, "admin-http", EnvDefault("SLUICE_ADMIN_HTTP", ""), "serve the admin API (/admin/v1) and the dashboard (/ui/) on this address, and not on --http, so that the data port can face callers while the admin port stays private; empty serves them on --http (SLUICE_ADMIN_HTTP)")
+	f.StringVar(&c.trustedProxies, "trusted-proxies", EnvDefault("SLUICE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of the load balancers in front: the admin API's failed-authentication limit then keys on the client their X-Forwarded-For names; empty reads no forwarded header (SLUICE_TRUSTED_PROXIES)")
 	f.StringVar(&c.grpcAddr, "grpc", EnvDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", EnvDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")
 	f.StringVar(&c.control, "control", EnvDefault("SLUICE_CONTROL", controlSQLite), "control store of rules, overrides, exemptions, identities, tokens and audit: sqlite (<data-dir>/control.db, one node) or postgres://user:pass@host:5432/db (a fleet) (SLUICE_CONTROL)")
@@ -237,6 +240,10 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return nil, err
 	}
 	regionCfg, err := c.region.config(c.tls.cert, c.tls.key, log)
+	if err != nil {
+		return nil, err
+	}
+	proxies, err := parsePrefixes("--trusted-proxies", c.trustedProxies)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +417,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	abuseMetrics.Store(ab)
 	esc.Start(ctx, rt.Sync)
 
-	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet, reg: reg})
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet, reg: reg, proxies: proxies})
 	if err != nil {
 		return n, err
 	}
@@ -487,6 +494,28 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return n, err
 	}
 	return n, nil
+}
+
+// parsePrefixes reads a comma-separated list of addresses and CIDRs (an address is its own
+// /32 or /128).
+func parsePrefixes(flag, list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not an address or a CIDR", flag, f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // httpServer is an HTTP server of the node: bounded headers and bodies in time and size, so

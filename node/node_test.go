@@ -171,3 +171,32 @@ func TestAdminHTTP(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePrefixes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{"", nil, false},
+		{"10.0.0.0/8, 192.0.2.7", []string{"10.0.0.0/8", "192.0.2.7/32"}, false},
+		{"2001:db8::1/64,::ffff:192.0.2.8", []string{"2001:db8::/64", "192.0.2.8/32"}, false},
+		{"10.0.0.0/33", nil, true},
+		{"lb.internal", nil, true},
+	} {
+		got, err := parsePrefixes("--trusted-proxies", tc.in)
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), "--trusted-proxies") {
+				t.Errorf("%q: %v, %v; want an error naming the flag", tc.in, got, err)
+			}
+			continue
+		}
+		var s []string
+		for _, p := range got {
+			s = append(s, p.String())
+		}
+		if err != nil || strings.Join(s, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%q: %v, %v; want %v", tc.in, s, err, tc.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -104,6 +105,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// AuthFailures bounds the failed authentications of one client IP (DefaultAuthFailures).
 	AuthFailures AuthFailureLimit
+	// TrustedProxies are the load balancers and proxies whose X-Forwarded-For names the
+	// client that failed authentications are counted under; none: the peer address, and no
+	// forwarded header is read.
+	TrustedProxies []netip.Prefix
 	// Registerer receives sluice_admin_auth_failures_total; nil counts nothing.
 	Registerer prometheus.Registerer
 }
@@ -216,7 +221,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r)
 		return
 	}
-	tok, err := s.authenticate(r.Context(), clientIP(r), r.Header.Get("Authorization"))
+	tok, err := s.authenticate(r.Context(), s.clientIP(r), r.Header.Get("Authorization"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

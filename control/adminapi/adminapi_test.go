@@ -3,6 +3,7 @@ package adminapi_test
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -758,4 +759,47 @@ func TestPersistsAcrossRestart(t *testing.T) {
 	if n := len(r.json["events"].([]any)); n != 1 {
 		t.Errorf("%d rule events after restart: %s", n, r.raw)
 	}
+}
+
+// TestTrustedProxies: behind a trusted proxy, failures count under the client the proxy
+// names (the rightmost untrusted X-Forwarded-For hop), so a guesser neither locks out an
+// operator behind the same proxy nor escapes its limit by forging the header's left part;
+// without trusted proxies no forwarded header is read at all.
+func TestTrustedProxies(t *testing.T) {
+	const lb = "10.0.0.5:443"
+	guess := func(e *env, xff string, i int64) int {
+		return e.do(call{method: "GET", path: "/admin/v1/rules", token: fmt.Sprintf("guess-%d", i), remote: lb,
+			header: map[string]string{"X-Forwarded-For": xff}}).status
+	}
+	t.Run("trusted", func(t *testing.T) {
+		e := newEnv(t, func(o *adminapi.Options) { o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
+		for i := range adminapi.DefaultAuthFailures.Max {
+			// The guesser forges a fresh left part each time; the proxy appends the real peer.
+			if got := guess(e, fmt.Sprintf("192.0.2.%d, 198.51.100.7", i), i); got != 401 {
+				t.Fatalf("guess %d: %d, want 401", i, got)
+			}
+		}
+		if got := guess(e, "203.0.113.99, 198.51.100.7", 99); got != 429 {
+			t.Errorf("the guesser forging X-Forwarded-For: %d, want 429", got)
+		}
+		// Another client behind the same proxy is not limited by the guesser's failures.
+		if got := guess(e, "198.51.100.8", 100); got != 401 {
+			t.Errorf("another client behind the proxy: %d, want 401 (not limited)", got)
+		}
+		// Hops that are proxies themselves are skipped.
+		if got := guess(e, "198.51.100.7, 10.1.2.3", 101); got != 429 {
+			t.Errorf("the guesser behind two proxies: %d, want 429", got)
+		}
+	})
+	t.Run("untrusted", func(t *testing.T) {
+		e := newEnv(t)
+		for i := range adminapi.DefaultAuthFailures.Max {
+			guess(e, fmt.Sprintf("198.51.100.%d", i), i)
+		}
+		// The header is not read: every guess counted under the proxy's address.
+		if got := guess(e, "198.51.100.200", 200); got != 429 {
+			t.Errorf("a fresh forwarded address without trusted proxies: %d, want 429", got)
+		}
+		e.do(call{method: "GET", path: "/admin/v1/rules", role: control.RoleRead, remote: lb}).want(t, 200)
+	})
 }

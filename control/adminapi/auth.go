@@ -124,14 +124,59 @@ func clientKey(ip string) string {
 	return a.String()
 }
 
-// clientIP is the peer address of r. X-Forwarded-For is not read: any client can write it, and
-// trusting it would let a guesser pick a fresh address for every try.
-func clientIP(r *http.Request) string {
+// clientIP is the address failures of r are counted under: its peer's, or, when the peer is
+// a trusted proxy, the one that proxy forwarded (X-Forwarded-For).
+func (s *Server) clientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	return host
+	return s.forwardedFor(host, r.Header.Values("X-Forwarded-For"))
+}
+
+// forwardedFor returns the client behind peer: peer itself unless it is a trusted proxy
+// (Options.TrustedProxies). Then X-Forwarded-For (xff, every header line, in order) is read
+// from its right end, past each address that is a trusted proxy too, to the first that is
+// not: the client as the nearest untrusted hop saw it. Anything left of it may be forged by
+// the client and is never read; without trusted proxies no header is read at all, since any
+// client can write one and would pick a fresh address for every guess.
+func (s *Server) forwardedFor(peer string, xff []string) string {
+	if !s.trusted(peer) {
+		return peer
+	}
+	client := peer
+	for i := len(xff) - 1; i >= 0; i-- {
+		hops := strings.Split(xff[i], ",")
+		for j := len(hops) - 1; j >= 0; j-- {
+			hop := strings.TrimSpace(hops[j])
+			if _, err := netip.ParseAddr(hop); err != nil {
+				return client // a malformed hop ends what can be believed
+			}
+			client = hop
+			if !s.trusted(hop) {
+				return client
+			}
+		}
+	}
+	return client
+}
+
+// trusted reports whether addr is in one of the trusted proxies' ranges.
+func (s *Server) trusted(addr string) bool {
+	if len(s.opts.TrustedProxies) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range s.opts.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // bearer returns the token of an Authorization header ("Bearer TOKEN", scheme in any case).
@@ -196,7 +241,7 @@ func (s *Server) Authorize(ctx context.Context, clientIP, authorization string, 
 // (httpapi.Options.ResetAuth).
 func (s *Server) RequireRole(need control.Role, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.Authorize(r.Context(), clientIP(r), r.Header.Get("Authorization"), need); err != nil {
+		if _, err := s.Authorize(r.Context(), s.clientIP(r), r.Header.Get("Authorization"), need); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -210,14 +255,16 @@ func (s *Server) RequireRole(need control.Role, next http.Handler) http.Handler 
 func (s *Server) GRPCAuth(need control.Role) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		var header, ip string
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get("authorization"); len(v) > 0 {
-				header = v[0]
-			}
+		var xff []string
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("authorization"); len(v) > 0 {
+			header = v[0]
 		}
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			ip, _, _ = net.SplitHostPort(p.Addr.String())
+			xff = md.Get("x-forwarded-for")
 		}
+		ip = s.forwardedFor(ip, xff)
 		_, err := s.Authorize(ctx, ip, header, need)
 		switch {
 		case err == nil:

@@ -83,11 +83,12 @@ func TestAdaptiveLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, fixed := d.Results[0], d.Results[1]
-			if b.Rule != "bucket" || b.Limit != tc.limit || b.Remaining != tc.left {
-				t.Errorf("bucket: limit %d, remaining %d; want %d, %d", b.Limit, b.Remaining, tc.limit, tc.left)
+			// A bucket's limit is its burst (what can be spent at once); its rate is the quota.
+			if b.Rule != "bucket" || b.Quota != tc.limit || b.Limit != tc.left+1 || b.Remaining != tc.left {
+				t.Errorf("bucket: quota %d, limit %d, remaining %d; want %d, %d, %d", b.Quota, b.Limit, b.Remaining, tc.limit, tc.left+1, tc.left)
 			}
-			if fixed.Limit != 500 || fixed.Remaining != 49 {
-				t.Errorf("a rule without adaptive: limit %d, remaining %d; want 500, 49", fixed.Limit, fixed.Remaining)
+			if fixed.Quota != 500 || fixed.Limit != 50 || fixed.Remaining != 49 {
+				t.Errorf("a rule without adaptive: quota %d, limit %d, remaining %d; want 500, 50, 49", fixed.Quota, fixed.Limit, fixed.Remaining)
 			}
 			r.Endpoint = "/w"
 			if err := l.Check(ctx, &r, &d); err != nil {

@@ -29,12 +29,18 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Result is what one limit decided.
 type Result struct {
-	Rule       string
-	Scope      string
-	Algorithm  algorithm.Kind
-	Allowed    bool
-	State      State
-	Limit      int64 // the nominal limit (after tier and override)
+	Rule      string
+	Scope     string
+	Algorithm algorithm.Kind
+	Allowed   bool
+	State     State
+	// Limit is what the limit lets a caller spend at once (after tier, override and the hard
+	// threshold): a bucket's burst, a window's limit. Remaining never exceeds it, so a client
+	// can read remaining/limit as a fraction (DESIGN.md, Limits and algorithms).
+	Limit int64
+	// Quota and Period are the policy's rate: Quota units per Period (a bucket's refill, a
+	// window's limit before the hard threshold), shown in RateLimit-Policy.
+	Quota      int64
 	Period     time.Duration
 	Remaining  int64
 	ResetAfter time.Duration
@@ -52,7 +58,7 @@ type Result struct {
 // measurable part of a Check.
 func (r *Result) start(lim *policy.Limit) {
 	r.Rule, r.Scope, r.Algorithm, r.Shadow = lim.Rule.Name, lim.Rule.Scope, lim.Params.Kind, lim.Rule.Shadow
-	r.Limit, r.Period = lim.Spec.Limit, lim.Spec.Period
+	r.Limit, r.Quota, r.Period = lim.Params.Capacity(), lim.Spec.Limit, lim.Spec.Period
 	r.Allowed, r.State, r.Remaining, r.Reason, r.Warning = false, StateNormal, 0, "", ""
 	r.ResetAfter, r.RetryAfter, r.Delay = 0, 0, 0
 }
@@ -74,7 +80,9 @@ type Decision struct {
 	Delay      time.Duration
 	Rule       string
 	Scope      string
-	// Shadow is set when a shadow limit would have denied the request.
+	// Shadow is set when a shadow limit would have denied a request that was allowed. A
+	// denial never sets it: the answer describes the limit or ban that denied, and a shadow
+	// limit never denies.
 	Shadow bool
 	// Exempt is set when the caller is exempt: allowed and not counted.
 	Exempt bool

@@ -360,6 +360,9 @@ func (l *Limiter) summarize(d *Decision) {
 	d.Allowed = true
 	for i := range d.Results {
 		r := &d.Results[i]
+		// A ban or a store that failed closed reports only a wait; the limit is restored no
+		// sooner than the caller may retry, and clients read reset_after as that bound.
+		r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
 		if r.Shadow {
 			if !r.Allowed {
 				d.Shadow = true
@@ -370,6 +373,9 @@ func (l *Limiter) summarize(d *Decision) {
 			d.Allowed = false
 		}
 		d.State = max(d.State, r.State)
+	}
+	if !d.Allowed {
+		d.Shadow = false // the top-level fields describe what denied, never a shadow limit
 	}
 	if i := d.deciding(); i >= 0 {
 		r := &d.Results[i]
@@ -384,7 +390,7 @@ func (l *Limiter) summarize(d *Decision) {
 }
 
 func (l *Limiter) ban(d *Decision, wait time.Duration, reason, rule, scope string) {
-	d.Allowed, d.State, d.RetryAfter = false, StateHard, wait
+	d.Allowed, d.State, d.RetryAfter, d.ResetAfter = false, StateHard, wait, wait
 	d.Reason, d.Rule, d.Scope = "banned: "+reason, rule, scope
 }
 

@@ -342,8 +342,10 @@ func SetHeaders(h http.Header, d *sluice.Decision) {
 			b = append(b, ", "...)
 		}
 		b = appendSFString(b, r.Rule)
+		// The policy is the rate (a bucket's refill per period), while X-RateLimit-Limit is
+		// what can be spent at once: the draft's quota policy describes the window.
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, r.Limit, 10)
+		b = strconv.AppendInt(b, r.Quota, 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, ceilSeconds(r.Period), 10)
 	}

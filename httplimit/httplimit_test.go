@@ -125,7 +125,7 @@ func TestDefaultIgnoresClientHeaders(t *testing.T) {
 // a header exempts nobody unless the application says the header is authenticated.
 func TestExemptKeyHeader(t *testing.T) {
 	t.Parallel()
-	builtin, err := os.ReadFile("../cmd/sluice/default-policy.yaml")
+	builtin, err := os.ReadFile("../node/default-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,5 +369,27 @@ rules:
 	}
 	if n.calls.Load() != 1 {
 		t.Fatalf("the refused request reached the handler")
+	}
+}
+
+// TestBucketHeaders: a bucket's X-RateLimit-Limit is its burst, so X-RateLimit-Remaining
+// never exceeds it, while RateLimit-Policy carries the refill rate (DESIGN.md, Limits and
+// algorithms): the built-in policy's bucket of 10/s with burst 20.
+func TestBucketHeaders(t *testing.T) {
+	t.Parallel()
+	l := limiter(t, `
+rules:
+  - {name: per-second, key: [identity], algorithm: token_bucket, limit: 10, period: 1s, burst: 20}
+`)
+	w := get(httplimit.New(l).Handler(&next{}), "/", "192.0.2.1:1234", nil)
+	for k, want := range map[string]string{
+		"X-Ratelimit-Limit":     "20",
+		"X-Ratelimit-Remaining": "19",
+		"Ratelimit-Policy":      `"per-second";q=10;w=1`,
+		"Ratelimit":             `"per-second";r=19;t=1`,
+	} {
+		if got := w.Header().Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
 	}
 }

@@ -108,16 +108,17 @@ const Help = `Run the rate-limit service.
 With no flags it runs on the embedded default: the memory store with snapshots under ./data,
 the SQLite control store ./data/control.db, the built-in example policy (sluice config show),
 HTTP on 127.0.0.1:8080 and gRPC on 127.0.0.1:8081. Every flag can also be set by the
-environment variable named in its help. The policy files reload on SIGHUP and when they
-change; an invalid new policy is logged and the running one kept. Changes made in the
-control store are compiled with the files and enforced within a second; while the control
-store is down the node keeps enforcing the last policy it compiled.`
+environment variable named at the end of its help. The policy files reload on SIGHUP and
+when they change; an invalid new policy is logged and the running one kept. Changes made in
+the control store are compiled with the files and enforced within a second; while the
+control store is down the node keeps enforcing the last policy it compiled.`
 
 // RegisterFlags registers the node's flags on cmd (`sluice serve`), each with the environment
-// variable named in its help as its default.
+// variable named at the end of its help (read at once, or by ReadEnv for those in flagEnv),
+// and groups them by concern in cmd's usage.
 func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched (SLUICE_CONFIG); empty uses the built-in policy")
+	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched; empty uses the built-in policy (SLUICE_CONFIG)")
 	f.StringVar(&c.httpAddr, "http", EnvDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.adminHTTP, "admin-http", EnvDefault("SLUICE_ADMIN_HTTP", ""), "serve the admin API (/admin/v1) and the dashboard (/ui/) on this address, and not on --http, so that the data port can face callers while the admin port stays private; empty serves them on --http (SLUICE_ADMIN_HTTP)")
 	f.StringVar(&c.trustedProxies, "trusted-proxies", EnvDefault("SLUICE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of the load balancers in front: the admin API's failed-authentication limit then keys on the client their X-Forwarded-For names; empty reads no forwarded header (SLUICE_TRUSTED_PROXIES)")
@@ -131,18 +132,18 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.StringVar(&c.adminTokenFile, "admin-token-file", EnvDefault("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the bootstrap admin token (named bootstrap); SLUICE_ADMIN_TOKEN wins when set; with neither, the first start writes a random one to <data-dir>/admin.token (SLUICE_ADMIN_TOKEN_FILE)")
 	f.StringVar(&c.nodeID, "node-id", EnvDefault("SLUICE_NODE_ID", ""), "this node's id in the control store's node list; default hostname:http-port (SLUICE_NODE_ID)")
 	f.StringVar(&c.storeURL, "store", EnvDefault("SLUICE_STORE", "memory"), "store: memory, or redis://[user:pass@]host:port/db, rediss://..., redis-sentinel://h1,h2/master, redis-cluster://h1,h2,... (SLUICE_STORE)")
-	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot")
+	f.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Second, "how often the memory store writes its snapshot (SLUICE_SNAPSHOT_INTERVAL)")
 	f.StringVar(&c.logLevel, "log-level", EnvDefault("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (SLUICE_LOG_LEVEL)")
 	f.StringVar(&c.logFormat, "log-format", EnvDefault("SLUICE_LOG_FORMAT", "text"), "text or json (SLUICE_LOG_FORMAT)")
-	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes")
+	f.Int64Var(&c.maxBody, "max-body", httpapi.DefaultMaxBody, "largest HTTP request body in bytes (SLUICE_MAX_BODY)")
 	f.DurationVar(&c.storeTimeout, "store-timeout", durationEnv("SLUICE_STORE_TIMEOUT", 10*time.Millisecond), "deadline of each call to a shared store; past it, and while the circuit breaker is open, rules follow on_store_error (SLUICE_STORE_TIMEOUT)")
 	f.IntVar(&c.maxInFlight, "max-inflight", intEnv("SLUICE_MAX_INFLIGHT", 4096), "requests decided at once; more are refused at once with 503 / RESOURCE_EXHAUSTED (SLUICE_MAX_INFLIGHT)")
 	f.BoolVar(&c.hotKeys, "hot-keys", os.Getenv("SLUICE_HOT_KEYS") == "true", "with a shared store, decide each node's hottest keys locally and write their hits back every 50 ms (SLUICE_HOT_KEYS=true)")
 	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot; a hot key below half of it goes back to the store (SLUICE_HOT_KEY_THRESHOLD)")
-	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys")
+	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys (SLUICE_HOT_KEY_OVERAGE)")
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")
-	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (RLS on Redis at c=50: 64 workers cut Sluice's CPU per call by ~6% against 2)")
-	f.IntVar(&c.gcPercent, "gc-percent", 0, "Go GC target percentage, unless GOGC is set; 0 = auto: 400 under a memory limit, which bounds the heap (at 100 the collector took ~20% of the CPU under load), else 100")
+	f.IntVar(&c.grpcWorkers, "grpc-workers", 64, "gRPC stream workers: calls beyond them in flight start a goroutine each (SLUICE_GRPC_WORKERS)")
+	f.IntVar(&c.gcPercent, "gc-percent", 0, "Go GC target percentage; 0 = auto: 400 under a memory limit, else following the live heap from 400 down to 100; GOGC wins when set (SLUICE_GC_PERCENT)")
 	c.memory.register(f)
 	c.tls.register(cmd)
 	c.statsd.register(f)
@@ -150,16 +151,21 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	c.tracing.register(f)
 	addAbuseFlags(f, &c.abuse)
 	eventFlags(f, &c.events)
-	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly)")
+	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
 	c.region.register(f)
+	cmd.SetUsageFunc(groupedUsage)
 }
 
 // ReadEnv reads, once the flags are parsed, the settings that only the environment gives:
-// LIMIT_RESPONSE_HEADERS_ENABLED, the seeds' ABUSE_* variables and the variables of Envoy's
-// reference service, which flags given on the command line win over.
+// LIMIT_RESPONSE_HEADERS_ENABLED, the variables of the flags in flagEnv, the seeds' ABUSE_*
+// variables and the variables of Envoy's reference service, which flags given on the command
+// line win over.
 func (c *Config) ReadEnv(flags *pflag.FlagSet) error {
 	c.responseHeaders = os.Getenv("LIMIT_RESPONSE_HEADERS_ENABLED") == "true"
+	if err := applyFlagEnv(flags); err != nil {
+		return err
+	}
 	if err := applyAbuseEnv(flags); err != nil {
 		return err
 	}

@@ -18,7 +18,15 @@ func Describe(s *policy.Snapshot) string {
 	if e := s.Envoy(); e != nil {
 		domains = len(e.Domains())
 	}
-	return fmt.Sprintf("%d rules, %d Envoy domains, version %s", len(s.Rules()), domains, s.Version)
+	return fmt.Sprintf("%s, %s, version %s", count(len(s.Rules()), "rule", "rules"), count(domains, "Envoy domain", "Envoy domains"), s.Version)
+}
+
+// count writes n with the noun's singular or plural: "1 rule", "0 rules".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // loadFiles reads the policy files at path, or the built-in policy when path is empty.

@@ -334,6 +334,9 @@ func (c *Config) locate(err error, list string, i int) error {
 			return nil
 		}
 		if line, ok := c.lines[path]; ok && fe.Line == 0 {
+			if path == fe.Field {
+				fe.given()
+			}
 			fe.Line = line
 		}
 		cut := max(strings.LastIndexByte(path, '.'), strings.LastIndexByte(path, '['))
@@ -427,13 +430,14 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 
 	limitOK := checkCount("limit", r.Limit)
 	if r.Limit == 0 {
-		limitOK = &FieldError{Field: "limit", Msg: fmt.Sprintf("required: a whole number from 1 to %d", int64(algorithm.MaxLimit))}
+		limitOK = &FieldError{Field: "limit", Msg: fmt.Sprintf("required: a whole number from 1 to %d", int64(algorithm.MaxLimit)),
+			ifGiven: checkCount("limit", 0).(*FieldError).Msg}
 	}
 	check(limitOK)
 	period := time.Duration(r.Period)
 	periodOK := error(nil)
 	if period == 0 {
-		periodOK = &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)"}
+		periodOK = &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)", ifGiven: checkPeriod("period", 0).(*FieldError).Msg}
 	} else {
 		periodOK = checkPeriod("period", period)
 	}

@@ -182,6 +182,14 @@ func ParseRule(name string, body []byte) (Rule, error) {
 		return Rule{}, &FieldError{Field: "name", Msg: fmt.Sprintf("%q differs from the rule's name %q", r.Name, name)}
 	}
 	if _, errs := compileRule(&r, 0); len(errs) > 0 {
+		var top map[string]jsontext.Value
+		if jsonv2.Unmarshal(body, &top) == nil {
+			for _, err := range errs {
+				if fe, ok := err.(*FieldError); ok && top[fe.Field] != nil {
+					fe.given()
+				}
+			}
+		}
 		return Rule{}, errors.Join(errs...)
 	}
 	return r, nil

@@ -395,6 +395,22 @@ func TestParseRule(t *testing.T) {
 	}
 }
 
+// TestParseRuleZeroIsOutOfRange: through the API as in a file, a limit or period given as 0
+// is out of range; "required" is for one not given.
+func TestParseRuleZeroIsOutOfRange(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"key": [], "limit": 0, "period": "1s"}`: "limit: must be from 1 to 1099511627776, got 0",
+		`{"key": [], "period": "1s"}`:             "limit: required: a whole number from 1 to 1099511627776",
+		`{"key": [], "limit": 1, "period": "0s"}`: "period: must be from 1ms to 400d (e.g. 1s, 1m, 1h, 1d), got 0s",
+		`{"key": [], "limit": 1}`:                 "period: required (e.g. 1s, 1m, 1h, 1d)",
+	} {
+		if _, err := ParseRule("r", []byte(body)); err == nil || err.Error() != want {
+			t.Errorf("ParseRule(%s) = %v, want %q", body, err, want)
+		}
+	}
+}
+
 // TestVersion pins the form of a compiled policy's version, which nodes and the admin API
 // compare.
 func TestVersion(t *testing.T) {

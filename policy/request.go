@@ -46,6 +46,17 @@ type FieldError struct {
 	Line  int
 	Field string
 	Msg   string
+
+	// ifGiven replaces Msg when the source shows the field was written: a decoded 0 is also
+	// what a missing field reads as, and "required" misleads someone who wrote limit: 0.
+	ifGiven string
+}
+
+// given switches e to its message for a value that was written, if it has one.
+func (e *FieldError) given() {
+	if e.ifGiven != "" {
+		e.Msg, e.ifGiven = e.ifGiven, ""
+	}
 }
 
 func (e *FieldError) Error() string {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -34,7 +36,21 @@ const (
 	// envAdminToken is the server's own bootstrap variable: on a node where it is set, the CLI
 	// works without more setup.
 	envAdminToken = "SLUICE_ADMIN_TOKEN"
+	// envDataDir is serve's --data-dir variable: the folder where a node started without a
+	// bootstrap token wrote one (admin.token), "data" by default.
+	envDataDir = "SLUICE_DATA_DIR"
 )
+
+// bootstrapTokenFile is where serve, started in the same folder with the same environment,
+// wrote its bootstrap admin token: the last place the CLI looks, so that the README's first
+// steps need no setup.
+func bootstrapTokenFile() string {
+	dir := os.Getenv(envDataDir)
+	if dir == "" {
+		dir = "data"
+	}
+	return filepath.Join(dir, "admin.token")
+}
 
 // adminOptions are the flags every sluice admin command shares, and the clock its relative
 // times ("--since 1h") count from.
@@ -52,9 +68,10 @@ const adminLong = `Change and inspect a running Sluice fleet through its admin A
 
 The server is --server, else $SLUICE_SERVER, else http://127.0.0.1:8080.
 The token is --token-file FILE or --token TOKEN (not both), else $SLUICE_TOKEN, else
-$SLUICE_ADMIN_TOKEN (the server's bootstrap token; a node started without it wrote one to
-<data-dir>/admin.token). Prefer the file or the environment: a --token on the command line
-shows in process listings.
+$SLUICE_ADMIN_TOKEN (the server's bootstrap token), else the file a node started without one
+wrote, ./data/admin.token ($SLUICE_DATA_DIR/admin.token when set; a note on stderr says it was
+used). Prefer the file or the environment: a --token on the command line shows in process
+listings.
 
 Output is a table for people (times in RFC 3339, UTC) or, with -o json, the server's JSON as
 it is. Changes print the policy version that includes them; compare it with "sluice admin
@@ -118,6 +135,10 @@ func (o *adminOptions) client(cmd *cobra.Command) (*adminClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	if from == bootstrapTokenFile() {
+		// Said, not silent: the token of whichever server last wrote this folder is used.
+		fmt.Fprintf(cmd.ErrOrStderr(), "sluice admin: using the bootstrap token in %s (no --token-file, --token, $%s or $%s)\n", from, envToken, envAdminToken)
+	}
 	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + version}
 	if o.verbose {
 		c.Verbose = cmd.ErrOrStderr()
@@ -159,14 +180,18 @@ func (o *adminOptions) resolveToken(flagGiven bool) (token, from string, _ error
 		token, from = o.token, "--token"
 	case os.Getenv(envToken) != "":
 		token, from = os.Getenv(envToken), envToken
-	default:
+	case os.Getenv(envAdminToken) != "":
 		token, from = os.Getenv(envAdminToken), envAdminToken
+	default:
+		path := bootstrapTokenFile()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", exitError{code: exitAuth, msg: fmt.Sprintf("no token: give --token-file FILE, --token, or set %s (%s: %v)", envToken, path, errors.Unwrap(err))}
+		}
+		token, from = string(b), path
 	}
 	token = strings.TrimSpace(token) // a file's last newline
 	if token == "" {
-		if from == envAdminToken {
-			return "", "", exitError{code: exitAuth, msg: "no token: give --token-file FILE (such as <data-dir>/admin.token), --token, or set " + envToken}
-		}
 		return "", "", exitError{code: exitAuth, msg: from + ": empty token"}
 	}
 	for _, r := range token {

@@ -558,6 +558,7 @@ func TestAdminExitCodes(t *testing.T) {
 	}
 	t.Setenv(envToken, "")
 	t.Setenv(envAdminToken, "")
+	t.Setenv(envDataDir, t.TempDir()) // no admin.token there
 	cases := []struct {
 		name   string
 		args   []string // after "admin"
@@ -855,6 +856,56 @@ func TestAdminBrokenServers(t *testing.T) {
 			}
 			if !strings.HasPrefix(r.stderr, tc.stderr) || strings.Contains(r.stderr, secret) {
 				t.Errorf("stderr %q, want it to start with %q and hold no token", r.stderr, tc.stderr)
+			}
+		})
+	}
+}
+
+// With no flag or variable naming a token, sluice admin reads the bootstrap token that serve
+// wrote in ./data/admin.token (or $SLUICE_DATA_DIR/admin.token), and says so on stderr; a
+// variable still wins over the file, and a missing file is a "no token" naming it.
+func TestAdminBootstrapTokenFile(t *testing.T) {
+	e := newAdminEnv(t)
+	admin := adminSecrets[control.RoleAdmin]
+	t.Setenv(envServer, e.url)
+	t.Setenv(envToken, "")
+	t.Setenv(envAdminToken, "")
+	t.Setenv(envDataDir, "")
+	t.Chdir(t.TempDir())
+	if err := os.Mkdir("data", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join("data", "admin.token"), []byte(admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "admin.token"), []byte(adminSecrets[control.RoleRead]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dataDir, adminTk string
+		code                   int
+		stderr                 string // a prefix
+	}{
+		{"./data/admin.token", "", "", 0, "sluice admin: using the bootstrap token in data/admin.token"},
+		{"$SLUICE_DATA_DIR/admin.token (a read token: tokens need admin)", other, "", exitAuth, "sluice admin: using the bootstrap token in " + filepath.Join(other, "admin.token")},
+		{"SLUICE_ADMIN_TOKEN before the file", other, admin, 0, ""},
+		{"no file", filepath.Join(other, "none"), "", exitAuth, "sluice: no token: give --token-file FILE, --token, or set SLUICE_TOKEN (" + filepath.Join(other, "none", "admin.token") + ": no such file or directory)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envDataDir, tc.dataDir)
+			t.Setenv(envAdminToken, tc.adminTk)
+			r := runCLI(t, e.clock.Now, "", "admin", "tokens", "list")
+			if r.code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", r.code, tc.code, r.stderr)
+			}
+			if !strings.HasPrefix(r.stderr, tc.stderr) || tc.stderr == "" && r.stderr != "" {
+				t.Errorf("stderr %q, want it to start with %q", r.stderr, tc.stderr)
+			}
+			for _, s := range adminSecrets {
+				if strings.Contains(r.stdout+r.stderr, s) {
+					t.Errorf("a token is printed: %s%s", r.stdout, r.stderr)
+				}
 			}
 		})
 	}

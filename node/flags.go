@@ -48,7 +48,7 @@ var flagGroups = []struct {
 	title string
 	flags []string
 }{
-	{"Listeners and requests", []string{"http", "admin-http", "grpc", "tls-cert", "tls-key", "tls-client-ca", "max-body", "max-inflight", "grpc-workers"}},
+	{"Listeners and requests", []string{"http", "admin-http", "grpc", "grpc-reflection", "tls-cert", "tls-key", "tls-client-ca", "max-body", "max-inflight", "grpc-workers"}},
 	{"Policy", []string{"config", "shadow"}},
 	{"Stores", []string{"store", "data-dir", "snapshot-interval", "store-timeout", "store-timeout-max", "hot-keys", "hot-key-threshold", "hot-key-overage", "fleet-size"}},
 	{"Control plane", []string{"control", "admin-token-file", "trusted-proxies", "node-id", "audit-retention", "violations-retention", "events-flush", "events-queue"}},

@@ -70,6 +70,7 @@ type Config struct {
 	maxBody          int64
 	responseHeaders  bool
 	pprof            bool
+	grpcReflection   bool
 	grpcWorkers      int
 	gcPercent        int
 	memory           memoryFlags // --memory-limit (serve_memory.go)
@@ -151,6 +152,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	c.tracing.register(f)
 	addAbuseFlags(f, &c.abuse)
 	eventFlags(f, &c.events)
+	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION=false)")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
 	c.region.register(f)
@@ -495,7 +497,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	rlsSrv.Register(n.grpcSrv)
 	n.healthSrv = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpcSrv, n.healthSrv)
-	reflection.Register(n.grpcSrv)
+	if c.grpcReflection {
+		reflection.Register(n.grpcSrv)
+	}
 	if err := rgn.start(n.grpcSrv, reg, lim, log); err != nil {
 		return n, err
 	}

@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 )
 
 // testConfig parses args as `sluice serve` would, on loopback ports the kernel picks and a
@@ -198,5 +203,45 @@ func TestParsePrefixes(t *testing.T) {
 		if err != nil || strings.Join(s, " ") != strings.Join(tc.want, " ") {
 			t.Errorf("%q: %v, %v; want %v", tc.in, s, err, tc.want)
 		}
+	}
+}
+
+// TestGRPCReflectionSwitch: reflection is served by default and not with
+// --grpc-reflection=false.
+func TestGRPCReflectionSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want codes.Code
+	}{
+		{nil, codes.OK},
+		{[]string{"--grpc-reflection=false"}, codes.Unimplemented},
+	} {
+		n, err := New(t.Context(), testConfig(t, tc.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		ran := make(chan error, 1)
+		go func() { ran <- n.Run(ctx) }()
+		conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithTimeout(t.Context(), 30*time.Second)
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(cctx)
+		if err == nil {
+			err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%v: reflection answered %v (%v), want %v", tc.args, got, err, tc.want)
+		}
+		ccancel()
+		conn.Close()
+		cancel()
+		<-ran
+		n.Close()
 	}
 }

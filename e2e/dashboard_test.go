@@ -329,7 +329,6 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("ann is not banned but got %d", code)
 	}
 	b.shot("overrides")
-
 	b.goTo("violations")
 	b.waitText("bob's denied check is a violation", "table tbody", 15*time.Second, func(txt string) bool { return strings.Contains(txt, "bob") && strings.Contains(txt, "hard") })
 	b.shot("violations")
@@ -339,6 +338,17 @@ func TestDashboard(t *testing.T) {
 		return strings.Contains(txt, "e2e dashboard ban")
 	})
 	b.shot("audit")
+	// Names that reorder text are shown escaped, as the CLI shows them, never raw.
+	if code, body := s.admin("POST", "/admin/v1/overrides", `{"tenant":"evil\u202etxt.exe","type":"ban","ttl":"1h","reason":"looks \u2067fine\u2069"}`); code != 201 {
+		t.Fatalf("override with a bidi name: %d %v", code, body)
+	}
+	b.goTo("audit")
+	b.goTo("overrides")
+	b.waitText("the bidi name is escaped", "#overrides tbody", 10*time.Second, func(txt string) bool {
+		return strings.Contains(txt, `tenant=evil\u{202e}txt.exe`) && strings.Contains(txt, `looks \u{2067}fine\u{2069}`) &&
+			!strings.ContainsAny(txt, "\u202e\u2067\u2069")
+	})
+
 
 	b.goTo("nodes")
 	b.waitText("the node is listed", "#nodes tbody", 10*time.Second, func(txt string) bool { return strings.Contains(txt, s.http) && strings.Contains(txt, "memory up") })

@@ -66,6 +66,15 @@ function usePoll(fn, ms, deps) {
 
 // ---- small pieces
 
+// shown is a caller-chosen string (a name, an identity, a reason) as the page shows it: the
+// characters that reorder or hide text (bidirectional overrides and isolates, zero-width
+// marks) and other invisible controls are written as \u{...} escapes, as the CLI quotes
+// them, so that a name cannot read reversed or pass for another.
+const shown = (s) =>
+  s === undefined || s === null
+    ? s
+    : String(s).replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g, (c) => "\\u{" + c.codePointAt(0).toString(16) + "}");
+
 const fmt = (n, d = 1) => (n === undefined || n === null ? "–" : Number(n).toLocaleString("en-US", { maximumFractionDigits: d }));
 const when = (t) => (t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–");
 const ms = (v) => (v === undefined || v === null ? "–" : v >= 1000 ? fmt(v / 1000, 1) + " s" : fmt(v, 0) + " ms");
@@ -118,7 +127,7 @@ function Overview() {
       <tbody>
         ${rules.length === 0 ? html`<tr><td colspan="7" class="muted">No decisions yet.</td></tr>` : ""}
         ${rules.map((r) => html`<tr data-rule=${r.rule}>
-          <th scope="row">${r.rule}</th>
+          <th scope="row">${shown(r.rule)}</th>
           <td class="num">${fmt(r.rate.allowed)}</td><td class="num">${fmt(r.rate.soft)}</td><td class="num">${fmt(r.rate.denied)}</td>
           <td class="num total-allowed">${fmt(r.total.allowed, 0)}</td><td class="num total-soft">${fmt(r.total.soft, 0)}</td><td class="num total-denied">${fmt(r.total.denied, 0)}</td>
         </tr>`)}
@@ -151,9 +160,9 @@ function Top() {
     </form>
     <${ErrorBox} error=${error} />
     ${((data && data.rules) || []).map((r) => html`<table data-rule=${r.rule}>
-      <caption>${r.rule}</caption>
+      <caption>${shown(r.rule)}</caption>
       <thead><tr><th scope="col">Tenant</th><th scope="col">Consumer</th><th scope="col" class="num">Decisions</th><th scope="col" class="num">± error</th></tr></thead>
-      <tbody>${r.consumers.map((c) => html`<tr><td>${c.tenant || "–"}</td><td>${c.consumer || "(anonymous)"}</td><td class="num">${fmt(c.count, 0)}</td><td class="num">${fmt(c.error, 0)}</td></tr>`)}</tbody>
+      <tbody>${r.consumers.map((c) => html`<tr><td>${shown(c.tenant) || "–"}</td><td>${shown(c.consumer) || "(anonymous)"}</td><td class="num">${fmt(c.count, 0)}</td><td class="num">${fmt(c.error, 0)}</td></tr>`)}</tbody>
     </table>`)}
     ${data && data.rules.length === 0 ? html`<p class="muted">No decisions yet.</p>` : ""}
   </section>`;
@@ -184,12 +193,12 @@ function Caller() {
     </form>
     <${ErrorBox} error=${res.error} />
     ${d && html`<div id="caller-result">
-      <p>Decision: <strong class=${"state-" + d.state}>${d.allowed ? "allowed" : "denied"} (${d.state})</strong>${d.exempt ? " — exempt" : ""}${d.rule ? html` — deciding rule <code>${d.rule}</code>` : ""}</p>
+      <p>Decision: <strong class=${"state-" + d.state}>${d.allowed ? "allowed" : "denied"} (${d.state})</strong>${d.exempt ? " — exempt" : ""}${d.rule ? html` — deciding rule <code>${shown(d.rule)}</code>` : ""}</p>
       <table>
         <caption>Limits of this caller</caption>
         <thead><tr><th scope="col">Rule</th><th scope="col">Scope</th><th scope="col">Used</th><th scope="col" class="num">Remaining</th><th scope="col" class="num">Limit</th><th scope="col">Resets in</th><th scope="col">State</th></tr></thead>
         <tbody>${(d.results || []).map((r) => html`<tr data-rule=${r.rule}>
-          <th scope="row">${r.rule}</th><td>${r.scope}</td><td><${Bar} r=${r} /></td>
+          <th scope="row">${shown(r.rule)}</th><td>${shown(r.scope)}</td><td><${Bar} r=${r} /></td>
           <td class="num remaining">${fmt(r.remaining, 0)}</td><td class="num">${fmt(r.limit, 0)}</td><td>${ms(r.reset_after_ms)}</td><td class=${"state-" + r.state}>${r.state}</td>
         </tr>`)}</tbody>
       </table>
@@ -262,14 +271,14 @@ function Violations() {
       <caption>Denied (hard) and soft decisions per minute, newest first</caption>
       <thead><tr><th scope="col">Minute</th><th scope="col">Rule</th><th scope="col">Tenant</th><th scope="col">User</th><th scope="col">API key</th><th scope="col">IP</th><th scope="col">Endpoint</th><th scope="col">State</th><th scope="col" class="num">Count</th><th scope="col" class="num">Limit</th></tr></thead>
       <tbody>${((data && data.violations) || []).map((v) => html`<tr>
-        <td>${when(v.at)}</td><td>${v.rule}</td><td>${v.tenant}</td><td>${v.user}</td><td><code>${v.api_key}</code></td><td>${v.ip}</td><td>${v.endpoint}</td>
+        <td>${when(v.at)}</td><td>${shown(v.rule)}</td><td>${shown(v.tenant)}</td><td>${shown(v.user)}</td><td><code>${shown(v.api_key)}</code></td><td>${shown(v.ip)}</td><td>${shown(v.endpoint)}</td>
         <td class=${"state-" + v.state}>${v.state}</td><td class="num">${fmt(v.count, 0)}</td><td class="num">${fmt(v.limit, 0)}</td>
       </tr>`)}</tbody>
     </table>
   </section>`;
 }
 
-const target = (o) => ["tenant", "user", "api_key", "endpoint", "ip", "rule"].filter((k) => o[k]).map((k) => `${k}=${o[k]}`).join(" ");
+const target = (o) => ["tenant", "user", "api_key", "endpoint", "ip", "rule"].filter((k) => o[k]).map((k) => `${k}=${shown(o[k])}`).join(" ");
 
 function Overrides() {
   const [{ data, error }, reload] = usePoll(() => api("GET", "overrides"), 5000, []);
@@ -335,7 +344,7 @@ function Overrides() {
       <thead><tr><th scope="col">Id</th><th scope="col">Target</th><th scope="col">Type</th><th scope="col">Value</th><th scope="col">Expires</th><th scope="col">Source</th><th scope="col">Reason</th><th scope="col">Actions</th></tr></thead>
       <tbody>${overrides.map((o) => html`<tr data-id=${o.id}>
         <td>${o.id}</td><td>${target(o)}</td><td>${o.type}</td><td>${o.type === "multiplier" ? o.value : o.type === "custom" ? `${o.limit}/${o.burst || o.limit}` : ""}</td>
-        <td>${when(o.expires_at)}</td><td>${o.source}</td><td>${o.reason}</td>
+        <td>${when(o.expires_at)}</td><td>${o.source}</td><td>${shown(o.reason)}</td>
         <td>${o.source === "file" ? html`<span class="muted">in a policy file</span>` : html`
           <button type="button" onClick=${() => extend(o)} aria-label=${"Extend override " + o.id + " by an hour"}>Extend 1h</button>
           <button type="button" class="danger" onClick=${() => act(api("DELETE", "overrides/" + o.id), "Override deleted.")} aria-label=${"Delete override " + o.id}>Delete</button>`}</td>
@@ -353,7 +362,7 @@ function Overrides() {
       <caption>Exemptions</caption>
       <thead><tr><th scope="col">Id</th><th scope="col">Caller</th><th scope="col">Expires</th><th scope="col">Source</th><th scope="col">Reason</th><th scope="col">Actions</th></tr></thead>
       <tbody>${exemptions.map((x) => html`<tr data-id=${x.id}>
-        <td>${x.id}</td><td>${target(x)}</td><td>${x.expires_at ? when(x.expires_at) : "never"}</td><td>${x.source}</td><td>${x.reason}</td>
+        <td>${x.id}</td><td>${target(x)}</td><td>${x.expires_at ? when(x.expires_at) : "never"}</td><td>${x.source}</td><td>${shown(x.reason)}</td>
         <td>${x.source === "file" ? html`<span class="muted">in a policy file</span>` : html`<button type="button" class="danger" onClick=${() => act(api("DELETE", "exemptions/" + x.id), "Exemption deleted.")} aria-label=${"Delete exemption " + x.id}>Delete</button>`}</td>
       </tr>`)}</tbody>
     </table>
@@ -376,7 +385,7 @@ function Audit() {
       <caption>Changes, newest first</caption>
       <thead><tr><th scope="col">At</th><th scope="col">Actor</th><th scope="col">Action</th><th scope="col">Kind</th><th scope="col">Target</th><th scope="col">Reason</th></tr></thead>
       <tbody>${((data && data.events) || []).map((ev) => html`<tr data-kind=${ev.kind} data-action=${ev.action}>
-        <td>${when(ev.at)}</td><td>${ev.actor}</td><td>${ev.action}</td><td>${ev.kind}</td><td>${ev.target}</td><td>${ev.reason}</td>
+        <td>${when(ev.at)}</td><td>${shown(ev.actor)}</td><td>${ev.action}</td><td>${ev.kind}</td><td>${shown(ev.target)}</td><td>${shown(ev.reason)}</td>
       </tr>`)}</tbody>
     </table>
   </section>`;

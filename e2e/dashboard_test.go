@@ -349,7 +349,6 @@ func TestDashboard(t *testing.T) {
 			!strings.ContainsAny(txt, "\u202e\u2067\u2069")
 	})
 
-
 	b.goTo("nodes")
 	b.waitText("the node is listed", "#nodes tbody", 10*time.Second, func(txt string) bool { return strings.Contains(txt, s.http) && strings.Contains(txt, "memory up") })
 	b.shot("nodes")

@@ -37,6 +37,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/adminapi"
 	"github.com/sluicehq/sluice/control/follower"
 	"github.com/sluicehq/sluice/internal/tlsreload"
 	"github.com/sluicehq/sluice/policy"
@@ -152,7 +153,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	c.tracing.register(f)
 	addAbuseFlags(f, &c.abuse)
 	eventFlags(f, &c.events)
-	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION=false)")
+	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION)")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
 	c.region.register(f)
@@ -331,6 +332,16 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 			st = hk
 		}
 	}
+	// Region-token failures count beside the admin API's, once it is built; the Regions
+	// service is registered after it.
+	var authCounter atomic.Pointer[adminapi.Server]
+	if regionCfg != nil {
+		regionCfg.OnAuthFailure = func(reason string) {
+			if a := authCounter.Load(); a != nil {
+				a.CountAuthFailure("region_" + reason)
+			}
+		}
+	}
 	wrapped, rgn, err := wrapRegion(regionCfg, st, rawStore)
 	if err != nil {
 		return n, err
@@ -430,6 +441,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return n, err
 	}
 	n.onClose(adminHandler.Close)
+	authCounter.Store(adminHandler)
 	rec, err := startEvents(c.events, ctrl, m, fleet.Observe, log)
 	if err != nil {
 		return n, err

@@ -125,8 +125,8 @@ func (r regionFlags) token() (string, error) {
 	switch {
 	case tok == "":
 		return "", fmt.Errorf("--region-token-file: needed with --region (or %s): the other regions' calls must prove they are theirs", envRegionToken)
-	case len(tok) < region.MinTokenLen:
-		return "", fmt.Errorf("--region-token-file: the region token must hold at least %d characters", region.MinTokenLen)
+	case region.CheckToken(tok) != nil:
+		return "", region.CheckToken(tok)
 	}
 	return tok, nil
 }

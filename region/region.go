@@ -44,8 +44,12 @@ type Config struct {
 	TLS *tls.Config
 	// Token is the secret every region's nodes share (--region-token-file): sent with every
 	// call to a peer, and required of every call to this node's Regions service. At least
-	// MinTokenLen bytes.
+	// MinTokenLen bytes and MinTokenBits of entropy.
 	Token string
+	// OnAuthFailure, when set, is told of each call refused for its region token, with the
+	// reason ("invalid", or "limited": from an address past its failures): the node counts
+	// them beside the admin API's (sluice_admin_auth_failures_total).
+	OnAuthFailure func(reason string)
 	// Log receives peer state changes.
 	Log *slog.Logger
 	// Now is the clock (default time.Now); tests drive it.
@@ -73,6 +77,8 @@ type Region struct {
 	reader Reader
 	now    func() time.Time
 	log    *slog.Logger
+	// guard limits, counts and logs failed region authentications.
+	guard *authGuard
 
 	source atomic.Pointer[func() *policy.Snapshot]
 	rules  atomic.Pointer[ruleSet]
@@ -111,8 +117,8 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	if msg := policy.ValidRegionName(cfg.Name); msg != "" {
 		return nil, fmt.Errorf("--region: %s", msg)
 	}
-	if len(cfg.Token) < MinTokenLen {
-		return nil, fmt.Errorf("--region-token-file: the region token must hold at least %d characters", MinTokenLen)
+	if err := CheckToken(cfg.Token); err != nil {
+		return nil, err
 	}
 	if cfg.Sync <= 0 {
 		cfg.Sync = 100 * time.Millisecond
@@ -129,7 +135,7 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Region{cfg: cfg, inner: inner, reader: reader, now: cfg.Now, log: cfg.Log,
+	r := &Region{cfg: cfg, inner: inner, reader: reader, now: cfg.Now, log: cfg.Log, guard: newAuthGuard(),
 		byName: map[string]int{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if pol != nil {
 		r.UsePolicy(pol)

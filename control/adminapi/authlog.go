@@ -35,15 +35,24 @@ func newAuthFailures(reg prometheus.Registerer) (*authFailures, error) {
 	}
 	a.counter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_admin_auth_failures_total",
-		Help: "Admin API and reset calls refused for their token, by reason: invalid (matches no token) or limited (from an address over its failure limit).",
+		Help: "Calls refused for their token, by reason: invalid (matches no token) or limited (from an address over its failure limit), of the admin API and resets; region_invalid and region_limited of the Regions service.",
 	}, []string{"reason"})
 	if err := reg.Register(a.counter); err != nil {
 		return nil, err
 	}
-	for _, r := range []string{failureInvalid, failureLimited} {
+	for _, r := range []string{failureInvalid, failureLimited, "region_" + failureInvalid, "region_" + failureLimited} {
 		a.counter.WithLabelValues(r)
 	}
 	return a, nil
+}
+
+// CountAuthFailure counts a failed authentication made elsewhere in the node, under reason
+// (the Regions service's, as region_invalid and region_limited), in
+// sluice_admin_auth_failures_total; the caller logs it.
+func (s *Server) CountAuthFailure(reason string) {
+	if c := s.authFails.counter; c != nil {
+		c.WithLabelValues(reason).Inc()
+	}
 }
 
 // authFailed counts a failure of the client at ip, and logs it unless a line was written

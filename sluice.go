@@ -362,8 +362,8 @@ func (l *Limiter) summarize(d *Decision) {
 	d.Allowed = true
 	for i := range d.Results {
 		r := &d.Results[i]
-		// A ban or a store that failed closed reports only a wait; the limit is restored no
-		// sooner than the caller may retry, and clients read reset_after as that bound.
+		// A ban reports only a wait; the limit is restored no sooner than the caller may
+		// retry, and clients read reset_after as that bound.
 		r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
 		if r.Shadow {
 			if !r.Allowed {

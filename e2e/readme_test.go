@@ -232,3 +232,42 @@ func firstLine(s string) string {
 	first, _, _ := strings.Cut(s, "\n")
 	return first
 }
+
+// TestCheckOverGRPC: `sluice check --grpc` (what the README shows instead of grpcurl) asks
+// sluice.v1 and, with --domain, Envoy's ShouldRateLimit, and exits 2 on a denial as the HTTP
+// form does.
+func TestCheckOverGRPC(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "native.yaml"), nativePolicy)
+	writeFile(t, filepath.Join(dir, "envoy.yaml"), envoyPolicy)
+	s := start(t, dir, filepath.Join(dir, "data"))
+	check := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"check", "--grpc", "--grpc-server", s.grpc}, args...)...)
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	for i, c := range []struct {
+		args   []string
+		code   int
+		prefix string
+		holds  string
+	}{
+		{[]string{"--tenant", "acme", "--user", "gia", "--cost", "5"}, 0, "ALLOWED (gRPC ", `"remaining": "0"`},
+		{[]string{"--tenant", "acme", "--user", "gia"}, 2, "DENIED (gRPC ", `"rule": "per-user"`},
+		{[]string{"--tenant", "acme", "--user", "gia", "--quota"}, 0, "ALLOWED (gRPC ", `"remaining": "0"`},
+		{[]string{"--domain", "edge", "--descriptor", "remote_address=192.0.2.9", "--cost", "2"}, 0, "ALLOWED (gRPC ", `"overall_code": "OK"`},
+		{[]string{"--domain", "edge", "--descriptor", "remote_address=192.0.2.9"}, 2, "DENIED (gRPC ", `"overall_code": "OVER_LIMIT"`},
+		{[]string{"--domain", "edge", "--user", "gia"}, 1, "sluice: --domain: an Envoy request carries descriptors only", ""},
+	} {
+		code, out := check(c.args...)
+		if code != c.code || !strings.HasPrefix(out, c.prefix) || !strings.Contains(out, c.holds) {
+			t.Errorf("call %d, %v: exit %d, want %d with %q...%q:\n%s", i, c.args, code, c.code, c.prefix, c.holds, out)
+		}
+	}
+	cmd := exec.Command(binary, "check", "--domain", "edge")
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "add --grpc") {
+		t.Errorf("--domain without --grpc: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+}

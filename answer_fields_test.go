@@ -68,7 +68,13 @@ func TestBanAnswer(t *testing.T) {
 			t.Errorf("%+v: a ban's denial says shadow", req)
 		}
 		checkAnswer(t, &d)
-		if b := d.AppendJSON(nil); !strings.Contains(string(b), `"shadow":false`) || strings.Contains(string(b), `"reset_after_ms":0,`) {
+		for _, r := range d.Results {
+			if r.Shadow && (!r.Allowed || r.Reason != "") {
+				t.Errorf("%+v: the shadow rule %s says allowed=%v reason=%q under the ban; want its own look", req, r.Rule, r.Allowed, r.Reason)
+			}
+		}
+		// The top-level fields, before the results (a full shadow limit may say 0 there).
+		if b, _, _ := strings.Cut(string(d.AppendJSON(nil)), `"results"`); !strings.Contains(b, `"shadow":false`) || strings.Contains(b, `"reset_after_ms":0,`) {
 			t.Errorf("%+v: answer %s", req, b)
 		}
 	}

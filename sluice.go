@@ -209,7 +209,9 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		lim, res := &limits[i], &d.Results[i]
 		res.start(lim)
 		res.Shadow = res.Shadow || l.shadow
-		if lim.Banned {
+		// Under a ban that denies, a shadow rule reports its own numbers (a look): the ban
+		// denied, and a shadow limit never does, so its result must not say it did.
+		if lim.Banned && !(banned && lim.Rule.Shadow && !l.shadow) {
 			res.State, res.RetryAfter = StateHard, lim.BannedUntil().Sub(now)
 			reason, _, _ := lim.OverrideReason()
 			res.Reason = "banned: " + reason
@@ -360,8 +362,8 @@ func (l *Limiter) summarize(d *Decision) {
 	d.Allowed = true
 	for i := range d.Results {
 		r := &d.Results[i]
-		// A ban or a store that failed closed reports only a wait; the limit is restored no
-		// sooner than the caller may retry, and clients read reset_after as that bound.
+		// A ban reports only a wait; the limit is restored no sooner than the caller may
+		// retry, and clients read reset_after as that bound.
 		r.ResetAfter = max(r.ResetAfter, r.RetryAfter)
 		if r.Shadow {
 			if !r.Allowed {

@@ -100,7 +100,7 @@ exemptions:
 		t.Fatal("accepted")
 	}
 	want := []string{
-		"p.yaml:4: rules[0].limit: required",
+		"p.yaml:4: rules[0].limit: must be from 1 to 1099511627776, got 0", // written: out of range, not missing
 		"p.yaml:5: rules[0].period: must be from 1ms",
 		"p.yaml:6: rules[0].burst: must be from 1 to 1099511627776",
 		"p.yaml:9: rules[0].tiers.free.limit: must be from 1",

@@ -25,6 +25,8 @@ command -v promtool >/dev/null || need+=(prometheus)
 # Headless chromium for the dashboard's browser tests (e2e TestDashboard, driven by chromedp),
 # with a font so that its screenshots have text.
 command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
+# curl runs the README's commands in e2e TestReadmeCommands, as a reader pastes them.
+command -v curl >/dev/null || need+=(curl)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

@@ -5,12 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
-# install-deps put redis-server, the PostgreSQL server, etcd and chromium here: a Redis,
-# PostgreSQL, etcd or browser test that cannot find them is a failure, not a skip.
+# install-deps put redis-server, the PostgreSQL server, etcd, chromium and curl here: a Redis,
+# PostgreSQL, etcd, browser or README test that cannot find them is a failure, not a skip.
 export SLUICE_REQUIRE_REDIS=1
 export SLUICE_REQUIRE_POSTGRES=1
 export SLUICE_REQUIRE_ETCD=1
 export SLUICE_REQUIRE_CHROMIUM=1
+export SLUICE_REQUIRE_CURL=1
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

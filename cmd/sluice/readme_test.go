@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -40,6 +41,24 @@ func TestReadmeMatchesTheBinary(t *testing.T) {
 		for name := range documented {
 			if !slices.Contains(flags, name) {
 				t.Errorf("the README's flag table lists --%s, which serve does not have", name)
+			}
+		}
+	})
+	t.Run("make test names what install-deps installs", func(t *testing.T) {
+		script, err := os.ReadFile("../../scripts/install-deps.sh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pkgs []string
+		for _, m := range regexp.MustCompile(`need\+=\(([^)]*)\)`).FindAllSubmatch(script, -1) {
+			pkgs = append(pkgs, strings.Fields(string(m[1]))...)
+		}
+		if len(pkgs) < 5 {
+			t.Fatalf("found %v in install-deps.sh: the pattern is broken", pkgs)
+		}
+		for _, p := range pkgs {
+			if !strings.Contains(string(readme), "`"+p+"`") {
+				t.Errorf("install-deps.sh installs %s, which the README's make test paragraph does not name", p)
 			}
 		}
 	})

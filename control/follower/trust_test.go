@@ -18,7 +18,7 @@ rules:
 `
 
 // TestTrustFromTheControlStore: the Runtime compiles adaptive limits from the identities'
-// trust and the fleet's violation counts: a user assigned trust 1 gets limit 150; each minute
+// trust and the fleet's violation counts: a user assigned trust 1 gets a rate of 150; each minute
 // with denials in the last 30 days takes 0.05 off (soft-only minutes and older ones do not),
 // at most 0.2; an API key's violations are found by its hashed form, as the counts keep it.
 func TestTrustFromTheControlStore(t *testing.T) {
@@ -32,7 +32,8 @@ func TestTrustFromTheControlStore(t *testing.T) {
 		if err := n.lim.Quota(t.Context(), &r, &d); err != nil {
 			t.Fatal(err)
 		}
-		return d.Limit
+		// The rate, which trust scales by 1 + t/2 (the limit a client sees is the burst).
+		return d.Results[0].Quota
 	}
 	one := 1.0
 	for _, id := range []control.Identity{

@@ -223,7 +223,8 @@ type CheckResponse struct {
 	Allowed bool `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	// state is the worst state of the request's limits (shadow limits excluded).
 	State State `protobuf:"varint,2,opt,name=state,proto3,enum=sluice.v1.State" json:"state,omitempty"`
-	// limit is the deciding limit's nominal limit, after tier and override.
+	// limit is what the deciding limit lets a caller spend at once (a bucket's burst, a
+	// window's limit; after tier, override and hard threshold): remaining never exceeds it.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// remaining is what could still be spent now from the deciding limit.
 	Remaining int64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
@@ -239,7 +240,8 @@ type CheckResponse struct {
 	Rule string `protobuf:"bytes,8,opt,name=rule,proto3" json:"rule,omitempty"`
 	// scope is the deciding rule's key attributes, such as "tenant+user", or "global".
 	Scope string `protobuf:"bytes,9,opt,name=scope,proto3" json:"scope,omitempty"`
-	// shadow is set when a shadow limit would have denied the request.
+	// shadow is set when a shadow limit would have denied an allowed request; never on a
+	// denial.
 	Shadow bool `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// exempt is set when the caller is exempt: allowed and not counted.
 	Exempt bool `protobuf:"varint,11,opt,name=exempt,proto3" json:"exempt,omitempty"`
@@ -415,7 +417,8 @@ type LimitResult struct {
 	Allowed bool `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	// state is this limit's state.
 	State State `protobuf:"varint,5,opt,name=state,proto3,enum=sluice.v1.State" json:"state,omitempty"`
-	// limit is the nominal limit, after tier and override.
+	// limit is what the limit lets a caller spend at once (a bucket's burst, a window's
+	// limit; after tier, override and hard threshold): remaining never exceeds it.
 	Limit int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// remaining is what could still be spent now.
 	Remaining int64 `protobuf:"varint,7,opt,name=remaining,proto3" json:"remaining,omitempty"`

@@ -125,7 +125,7 @@ func TestDefaultIgnoresClientHeaders(t *testing.T) {
 // a header exempts nobody unless the application says the header is authenticated.
 func TestExemptKeyHeader(t *testing.T) {
 	t.Parallel()
-	builtin, err := os.ReadFile("../cmd/sluice/default-policy.yaml")
+	builtin, err := os.ReadFile("../node/default-policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,8 @@ type Store interface {
 	// best effort (a lost PostgreSQL connection drops notifications until it is back, and then
 	// sends the current version): poll Version too.
 	Watch(ctx context.Context) <-chan int64
-	// Load reads everything the compile step needs in one consistent snapshot.
+	// Load reads everything the compile step needs in one consistent snapshot. It reports
+	// its progress to ReportProgress(ctx) as it reads.
 	Load(ctx context.Context) (*State, error)
 	// Expire deletes the overrides and exemptions whose expiry has passed by the store's clock,
 	// auditing each with action "expire" and actor ActorSystem, in one transaction. It returns

@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 		{"AuditFilters", testAuditFilters},
 		{"AuditRetention", testAuditRetention},
 		{"VersionAndLoad", testVersionAndLoad},
+		{"LoadReportsProgress", testLoadReportsProgress},
 		{"WatchOtherStore", testWatchOtherStore},
 		{"WatchClose", testWatchClose},
 		{"Expire", testExpire},

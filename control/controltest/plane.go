@@ -171,6 +171,26 @@ func testVersionAndLoad(t *testing.T, e *env) {
 	_ = o1
 }
 
+// testLoadReportsProgress: Load reports its progress as it reads (control.ReportProgress), at
+// least once per table and once more per 256 rows, so that the follower can hold a large
+// store's read to a deadline on progress rather than on the whole read.
+func testLoadReportsProgress(t *testing.T, e *env) {
+	const identities = 2*256 + 8
+	for i := range identities {
+		if _, _, err := e.s.PutIdentity(e.ctx, ch(""), control.Identity{Kind: control.IdentityAPIKey, Value: fmt.Sprint("key-", i), Tier: "gold"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls int
+	st, err := e.s.Load(control.WithProgress(e.ctx, func() { calls++ }))
+	if err != nil || len(st.Identities) != identities {
+		t.Fatalf("Load = %d identities, %v; want %d", len(st.Identities), err, identities)
+	}
+	if want := 4 + identities/256; calls < want {
+		t.Errorf("Load reported progress %d times, want at least %d (each of 4 tables, and every 256 rows)", calls, want)
+	}
+}
+
 // testWatchOtherStore makes a change through one Store and waits for a second Store on the
 // same database (another node, for PostgreSQL) to announce it.
 func testWatchOtherStore(t *testing.T, e *env) {

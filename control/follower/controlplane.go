@@ -36,11 +36,11 @@ const (
 	DefaultHeartbeatInterval = 3 * time.Second
 	// DefaultMaintenanceInterval is how often the fleet's housekeeping runs (on one node).
 	DefaultMaintenanceInterval = 10 * time.Second
-	// DefaultTimeout bounds each call to the control store, and is the first deadline of a
-	// read of its whole state (Load), which stretches as the store grows (loadTimeout).
+	// DefaultTimeout bounds each call to the control store. A read of its whole state (Load)
+	// is bounded by it between two parts read, not as a whole (read).
 	DefaultTimeout = 2 * time.Second
-	// DefaultMaxLoadTimeout is as far as a Load's deadline stretches: a store that answers
-	// but cannot be read whole within it is reported down.
+	// DefaultMaxLoadTimeout is as far as a Load's deadline stretches after stalls: a store
+	// that answers but whose read stalls longer is reported down.
 	DefaultMaxLoadTimeout = time.Minute
 	// DefaultAuditRetention keeps audit events a year (--audit-retention).
 	DefaultAuditRetention = 365 * 24 * time.Hour
@@ -57,10 +57,6 @@ const LiveNodeWindow = 4 * DefaultHeartbeatInterval
 // maintenanceLease is the control store lease whose holder runs the housekeeping, so that one
 // node of a fleet does it rather than all of them at once.
 const maintenanceLease = "maintenance"
-
-// loadHeadroom is how many times the last successful Load's duration the next one may take:
-// the same store read while the machine is busy, or after it grew, must still fit.
-const loadHeadroom = 4
 
 // pruneEvery is how often the holder of the maintenance lease prunes old audit events, counts
 // and nodes; expiring runs at every maintenance.
@@ -87,8 +83,7 @@ type Options struct {
 	Metrics Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Now is the clock that exemption expiry is compiled against and that a Load's duration
-	// is measured on; time.Now when nil.
+	// Now is the clock that exemption expiry is compiled against; time.Now when nil.
 	Now func() time.Time
 
 	// Intervals and bounds; zero takes the default of the same name.
@@ -116,8 +111,9 @@ type Runtime struct {
 	// read never replaces a newer one. It is held across I/O, but only by the Runtime's own
 	// goroutines and Sync, never by a check.
 	loadMu sync.Mutex
-	// loadTimeout is the deadline of the next Load, guarded by loadMu: it follows how long
-	// the store takes to read, so that a large store is not mistaken for one that is down.
+	// loadTimeout is how long the next Load may go without progress, guarded by loadMu: it
+	// stretches when a store that answers stalls, so that a slow read is not mistaken for a
+	// store that is down.
 	loadTimeout time.Duration
 	// mu guards the fields below: what the snapshot is compiled from. It is never held across
 	// I/O.
@@ -233,7 +229,7 @@ func newFilesEvent(path string, f *policy.Files, trigger string) *filesEvent {
 // policy; then it follows the store in the background until ctx ends or Close. A store that
 // does not answer is not an error: the node starts on its files after about two Timeouts (the
 // read's and the probe's, see read) and catches up when the store answers. A store that
-// answers but is slow to read whole holds Start until it is read, or until MaxLoadTimeout.
+// answers but is large holds Start until it is read.
 func (r *Runtime) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.load(ctx, "start")
@@ -406,28 +402,36 @@ func (r *Runtime) load(ctx context.Context, why string) error {
 	return r.compileLocked(why)
 }
 
-// read runs Load under loadTimeout. A Load that runs out of its deadline is not taken as the
-// store being down until the store fails a probe (Version, bounded by Timeout): while the
-// store answers, the deadline doubles and the Load runs again, up to MaxLoadTimeout, because
-// a store larger than one deadline must still be read. A store that hangs fails the probe
-// and is reported down as before. After a success the deadline follows the Load's duration
-// (loadHeadroom times it), shrinking by at most half per Load so that one quick read does not
-// undo what a busy spell taught. r.loadMu is held.
+// read runs Load with a deadline on its progress: each part the store reports read
+// (control.ReportProgress) gives it loadTimeout more, so that a store larger than one deadline
+// is read whole, while one that hangs is cut off loadTimeout after it last moved (a store that
+// reports nothing is held to loadTimeout for the whole read). A Load cut off is not taken as
+// the store being down until the store fails a probe too (Version, bounded by Timeout): while
+// the store answers, the deadline doubles and the Load runs again, up to MaxLoadTimeout. After
+// a success the deadline halves back towards Timeout. r.loadMu is held.
 func (r *Runtime) read(ctx context.Context) (*control.State, error) {
 	for {
 		timeout := r.loadTimeout
-		lctx, cancel := context.WithTimeout(ctx, timeout)
-		start := r.now()
-		st, err := r.o.Store.Load(lctx)
-		took := r.now().Sub(start)
-		timedOut := err != nil && ctx.Err() == nil &&
-			(errors.Is(lctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded))
-		cancel()
+		stalled := fmt.Errorf("no progress within %v: %w", timeout, context.DeadlineExceeded)
+		lctx, cancel := context.WithCancelCause(ctx)
+		watchdog := time.AfterFunc(timeout, func() { cancel(stalled) })
+		st, err := r.o.Store.Load(control.WithProgress(lctx, func() { watchdog.Reset(timeout) }))
+		watchdog.Stop()
+		cause := context.Cause(lctx)
+		cancel(nil)
 		if err == nil {
-			r.loadTimeout = min(max(r.o.Timeout, loadHeadroom*took, timeout/2), r.o.MaxLoadTimeout)
+			r.loadTimeout = max(r.o.Timeout, timeout/2)
 			return st, nil
 		}
-		if !timedOut || timeout >= r.o.MaxLoadTimeout {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		if cause == stalled {
+			err = fmt.Errorf("%w (%w)", err, stalled)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		if timeout >= r.o.MaxLoadTimeout {
 			return nil, err
 		}
 		pctx, pcancel := context.WithTimeout(ctx, r.o.Timeout)
@@ -437,7 +441,7 @@ func (r *Runtime) read(ctx context.Context) (*control.State, error) {
 			return nil, err
 		}
 		r.loadTimeout = min(2*timeout, r.o.MaxLoadTimeout)
-		r.log.Info("control store answers but was not read within the deadline; reading again with a longer one",
+		r.log.Info("control store answers but its read stalled; reading again with a longer deadline",
 			"deadline", timeout, "next_deadline", r.loadTimeout, "err", err)
 	}
 }

@@ -201,13 +201,19 @@ func (s *Store) mapErr(err error) error {
 	return err
 }
 
-// list runs query and scans each row with scan.
+// progressEvery is how many rows list reads between reports of progress: often enough that a
+// slow machine reports well within a deadline, seldom enough to cost nothing per row.
+const progressEvery = 256
+
+// list runs query and scans each row with scan, reporting progress (control.ReportProgress)
+// when the query answers and every progressEvery rows.
 func list[T any](ctx context.Context, q querier, query string, scan func(*sql.Rows) (T, error), args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	control.ReportProgress(ctx)
 	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
@@ -215,6 +221,9 @@ func list[T any](ctx context.Context, q querier, query string, scan func(*sql.Ro
 			return nil, err
 		}
 		out = append(out, v)
+		if len(out)%progressEvery == 0 {
+			control.ReportProgress(ctx)
+		}
 	}
 	return out, rows.Err()
 }

@@ -1,6 +1,7 @@
 # make run   - the service on its embedded default (memory store, built-in policy)
 # make test  - the whole test suite, ~18 minutes on 2 cores (scripts/install-deps.sh installs
-#              redis-server, postgresql, etcd, prometheus, chromium and curl from apt when missing)
+#              redis-server, postgresql, etcd-server, prometheus, chromium, fonts-dejavu-core and
+#              curl from apt when missing)
 # make bench - the Check benchmarks against x/time/rate and a mutex+map bucket
 # make image - the container image (Dockerfile), when a Docker engine answers
 .PHONY: run test bench build proto image

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -77,14 +79,21 @@ func (g *grpcCheck) run(ctx context.Context, out io.Writer) (denied bool, err er
 		}
 		answer, denied = resp, !resp.GetAllowed()
 	}
-	text, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(answer)
+	raw, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(answer)
 	if err != nil {
+		return false, err
+	}
+	// protojson varies its whitespace from build to build on purpose (so that nobody relies
+	// on it), which made the answer read `"remaining":  "0"` from one binary and
+	// `"remaining": "0"` from the next; encoding/json's indentation is the same every time.
+	var text bytes.Buffer
+	if err := json.Indent(&text, raw, "", "  "); err != nil {
 		return false, err
 	}
 	verdict := "ALLOWED"
 	if denied {
 		verdict = "DENIED"
 	}
-	fmt.Fprintf(out, "%s (gRPC %s)\n%s\n", verdict, g.addr, text)
+	fmt.Fprintf(out, "%s (gRPC %s)\n%s\n", verdict, g.addr, text.Bytes())
 	return denied, nil
 }

@@ -56,10 +56,20 @@ func TestReadmeMatchesTheBinary(t *testing.T) {
 		if len(pkgs) < 5 {
 			t.Fatalf("found %v in install-deps.sh: the pattern is broken", pkgs)
 		}
+		// The paragraph itself, not the whole README: curl or prometheus named in another
+		// section would not tell a reader of `make test` what it installs.
+		_, para, ok := strings.Cut(string(readme), "\nRun the whole test suite with `make test`")
+		para, _, _ = strings.Cut(para, "\n\n")
+		if !ok {
+			t.Fatal("the README has no paragraph starting \"Run the whole test suite with `make test`\"")
+		}
 		for _, p := range pkgs {
-			if !strings.Contains(string(readme), "`"+p+"`") {
+			if !strings.Contains(para, "`"+p+"`") {
 				t.Errorf("install-deps.sh installs %s, which the README's make test paragraph does not name", p)
 			}
+		}
+		if !regexp.MustCompile(`about \d+ minutes on \d+ cores`).MatchString(strings.ReplaceAll(para, "\n", " ")) {
+			t.Errorf("the README's make test paragraph does not say how long it takes:\n%s", para)
 		}
 	})
 	t.Run("example rules exist in the built-in policy", func(t *testing.T) {

@@ -91,7 +91,8 @@ type ViolationCount struct {
 	Minute                                   time.Time
 	Rule, Tenant, User, APIKey, IP, Endpoint string
 	Denied, Soft                             int64
-	// Limit is the rule's effective limit when it was counted.
+	// Limit is the rule's effective limit when it was counted: its limit per period after a
+	// tier or override, as an Envoy limit's requests_per_unit, not a bucket's burst.
 	Limit int64
 }
 
@@ -303,7 +304,9 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 			o = soft
 		}
 		p := &e.results[e.n]
-		p.rule, p.envoy, p.limit, p.outcome = res.Rule, nil, res.Limit, o
+		// Quota, not Limit: the violations log has always shown the rule's limit per period,
+		// and a bucket's answer now shows its burst as the limit (issue 30).
+		p.rule, p.envoy, p.limit, p.outcome = res.Rule, nil, res.Quota, o
 		e.n++
 	}
 	if e.n > 0 {

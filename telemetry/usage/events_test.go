@@ -248,6 +248,34 @@ rules:
 	}
 }
 
+// TestViolationLimitOfABucket: a bucket's violation row keeps the rule's limit per period, as
+// it did before a decision's limit became the bucket's burst (issue 30): the admin API's
+// violations did not change with the check's answer.
+func TestViolationLimitOfABucket(t *testing.T) {
+	st, _ := backends[0].open(t, control.Options{})
+	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now})
+	l := testutil.Limiter(t, `
+rules:
+  - {name: tb, key: [user], algorithm: token_bucket, limit: 10, period: 1s, burst: 20}
+`, testutil.NewClock())
+	req := sluice.Request{User: "u"}
+	var d sluice.Decision
+	if err := l.Check(t.Context(), &req, &d); err != nil || d.Limit != 20 {
+		t.Fatalf("the answer's limit %d (err %v), want the burst, 20", d.Limit, err)
+	}
+	check(t, l, rec, req, 20) // the clock stands still: 19 allowed, the last denied
+	flush(t, rec)
+	got, err := st.Violations(t.Context(), control.ViolationFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []control.ViolationCount{{Minute: m0, Rule: "tb", User: "u", Denied: 1, Limit: 10}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Violations = %+v, want %+v", got, want)
+	}
+}
+
 // desc is a descriptor of one entry.
 func desc(k, v string) sluice.Descriptor {
 	return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: k, Value: v}}}

@@ -171,7 +171,9 @@ func TestAPI(t *testing.T) {
 			want := []row{
 				{"per-user", "user", "fixed_window", 3, 1, 0},
 				{"per-tenant", "tenant", "token_bucket", 100, 98, 0},
-				{"search", "user", "leaky_bucket", 10, 3, 100}, // one queued ahead at 10/s
+				// A bucket's limit is its burst, what can be spent at once (issue 30), never
+				// below remaining; one is queued ahead at 10/s.
+				{"search", "user", "leaky_bucket", 5, 3, 100},
 			}
 			if len(resp.Results) != len(want) {
 				t.Fatalf("results %v, want %d", resp.Results, len(want))

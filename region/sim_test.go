@@ -306,3 +306,42 @@ func TestPartitionSimulation(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSimulationSeeds reports, over many seeds, the figures the tests above assert on a
+// few: the worst and mean overage and under-admission of the e2e's 3,000-a-minute global limit
+// (3 regions at 50/30/20%, 3× load, 100 ms sync, two one-minute windows per seed) on healthy
+// links and with late syncs. The simulated clock makes each figure exact for its seed; the
+// spread across seeds is the point (docs/regions.md).
+func BenchmarkSimulationSeeds(b *testing.B) {
+	const seeds = 16
+	for _, sc := range []struct {
+		name                string
+		delay, late, jitter time.Duration
+	}{
+		{"healthy-0ms", 0, 0, 0},
+		{"healthy-150ms", 150 * time.Millisecond, 0, 0},
+		{"late-50ms", 50 * time.Millisecond, 500 * time.Millisecond, time.Second},
+		{"late-150ms", 150 * time.Millisecond, 500 * time.Millisecond, time.Second},
+	} {
+		b.Run(sc.name, func(b *testing.B) {
+			for range b.N {
+				var maxOver, meanOver, maxUnder, meanUnder float64
+				runs := 0
+				for seed := uint64(1); seed <= seeds; seed++ {
+					c := simConfig{limit: 3000, period: time.Minute, shares: []float64{0.5, 0.3, 0.2}, load: 3,
+						sync: 100 * time.Millisecond, delay: sc.delay, windows: 2, algoName: "fixed_window",
+						late: sc.late, jitter: sc.jitter, seed: seed}
+					for _, a := range simulate(b, c).admitted {
+						maxOver, meanOver = max(maxOver, a-1), meanOver+max(0, a-1)
+						maxUnder, meanUnder = max(maxUnder, 1-a), meanUnder+max(0, 1-a)
+						runs++
+					}
+				}
+				b.ReportMetric(100*max(0, maxOver), "max-over-%")
+				b.ReportMetric(100*meanOver/float64(runs), "mean-over-%")
+				b.ReportMetric(100*max(0, maxUnder), "max-under-%")
+				b.ReportMetric(100*meanUnder/float64(runs), "mean-under-%")
+			}
+		})
+	}
+}

@@ -137,22 +137,26 @@ func TestGlobalLimitOverGRPC(t *testing.T) {
 			t.Fatal("a denied below the limit")
 		}
 	}
-	waitFor(t, 2*time.Second, "b learns a's 60", func() bool { return remoteOf(b, "ann") >= 60 })
-	// b admits what is left, less the reservation of a's recent rate, and never more.
+	// Bounds of 15 s: on a loaded machine syncs run a second late or more; a link that never
+	// carries the counts still fails.
+	waitFor(t, 15*time.Second, "b learns a's 60", func() bool { return remoteOf(b, "ann") >= 60 })
+	// Once a's rate has faded, its reservation is gone: b admits exactly what is left, and
+	// never more. (That the reservation holds back room while a admits is the simulations'.)
+	waitFor(t, 15*time.Second, "a's reservation fades at b", func() bool { return remoteOf(b, "ann") == 60 })
 	admitted := 0
 	for range 100 {
 		if check(t, b.lim, &sluice.Request{User: "ann"}).Allowed {
 			admitted++
 		}
 	}
-	if admitted > 40 || admitted < 30 {
-		t.Fatalf("b admitted %d after a's 60 of 100, want 30 to 40", admitted)
+	if admitted != 40 {
+		t.Fatalf("b admitted %d after a's 60 of 100, want the 40 left", admitted)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(b.r)
 	up := func() float64 { return gauge(t, reg, "sluice_region_peer_up", "a") }
-	waitFor(t, 2*time.Second, "peer a up at b", func() bool { return up() == 1 })
-	if lag := gauge(t, reg, "sluice_region_lag_seconds", "a"); lag <= 0 || lag > 1 {
+	waitFor(t, 15*time.Second, "peer a up at b", func() bool { return up() == 1 })
+	if lag := gauge(t, reg, "sluice_region_lag_seconds", "a"); lag <= 0 || lag > 10 {
 		t.Fatalf("sluice_region_lag_seconds{region=a} = %v with the link up", lag)
 	}
 	// Cut both directions: nothing fails, b goes down past the timeout.
@@ -162,10 +166,10 @@ func TestGlobalLimitOverGRPC(t *testing.T) {
 		check(t, a.lim, &sluice.Request{User: "bob"})
 		check(t, b.lim, &sluice.Request{User: "bob"})
 	}
-	waitFor(t, 3*time.Second, "peer a down at b", func() bool { return up() == 0 })
+	waitFor(t, 15*time.Second, "peer a down at b", func() bool { return up() == 0 })
 	links["a"]["b"].Cut(false)
 	links["b"]["a"].Cut(false)
-	took := waitFor(t, 3*time.Second, "b learns a's bob after the heal", func() bool { return remoteOf(b, "bob") >= 10 })
+	took := waitFor(t, 15*time.Second, "b learns a's bob after the heal", func() bool { return remoteOf(b, "bob") >= 10 })
 	t.Logf("converged %v after the heal (sync %v)", took, sync)
 }
 

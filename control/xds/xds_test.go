@@ -267,4 +267,3 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		})
 	}
 }
-

@@ -93,6 +93,7 @@ type Config struct {
 	tracing          tracingFlags
 	shadow           bool
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
+	xds              xdsFlags      // --envoy-xds (envoy_xds.go)
 	events           eventsConfig
 	region           regionFlags // serve_region.go
 }
@@ -156,6 +157,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION)")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
+	c.xds.register(f)
 	c.region.register(f)
 	cmd.SetUsageFunc(groupedUsage)
 }
@@ -274,7 +276,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if n.serverTLS, err = c.tls.open(log); err != nil {
 		return n, err
 	}
-	if n.src, err = openPolicy(ctx, c.config, log); err != nil {
+	if n.src, err = openPolicySource(ctx, c, log); err != nil {
 		return n, fmt.Errorf("load policy: %w", err)
 	}
 	n.onClose(n.src.close)

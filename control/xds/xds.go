@@ -37,6 +37,10 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // DefaultRetryInterval is the reference's CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL.
 const DefaultRetryInterval = 3 * time.Second
 
+// nackRepeatDelay is how long the client waits before it NACKs again a configuration it has
+// NACKed already, with the same error.
+const nackRepeatDelay = 500 * time.Millisecond
+
 // Options configure a Client. Server and Apply are required.
 type Options struct {
 	// Server is the xDS server's gRPC target, host:port (CONFIG_GRPC_XDS_SERVER_URL).
@@ -212,11 +216,27 @@ func (c *Client) stream(ctx context.Context) error {
 		req := &discoverypb.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		if err := c.apply(resp); err != nil {
 			c.mu.Lock()
+			repeat := c.state.Nacked == resp.GetVersionInfo() && c.state.NackErr == err.Error()
 			c.state.Nacked, c.state.NackErr = resp.GetVersionInfo(), err.Error()
 			req.VersionInfo = c.state.Acked
 			c.mu.Unlock()
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
-			c.log.Error("xDS configuration refused (NACK); keeping the last one", "version", resp.GetVersionInfo(), "kept", req.VersionInfo, "err", err)
+			if !repeat {
+				c.log.Error("xDS configuration refused (NACK); keeping the last one", "version", resp.GetVersionInfo(), "kept", req.VersionInfo, "err", err)
+			} else {
+				// A snapshot cache answers a NACK with the same snapshot at once, and would
+				// again after every NACK: the loop is slowed to one round per
+				// nackRepeatDelay. A fixed snapshot is sent after the delayed NACK, so it
+				// is late by that much at most.
+				c.log.Debug("xDS configuration refused again (NACK)", "version", resp.GetVersionInfo())
+				t := time.NewTimer(nackRepeatDelay)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
 		} else {
 			c.mu.Lock()
 			c.state.Acked = resp.GetVersionInfo()

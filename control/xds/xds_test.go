@@ -216,6 +216,22 @@ func TestClientAgainstControlPlane(t *testing.T) {
 		}
 		return false
 	})
+	// The server answers each NACK with the same snapshot: the client slows that loop to one
+	// round per 500 ms instead of spinning (hundreds of rounds a second without it).
+	countNacks := func() int {
+		n := 0
+		for _, r := range srv.Requests() {
+			if r.GetErrorDetail() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	before := countNacks()
+	time.Sleep(time.Second)
+	if n := countNacks() - before; n > 6 {
+		t.Errorf("%d NACKs of one configuration in a second, want at most a few", n)
+	}
 	if st := c.State(); st.Acked != "v2" || st.Nacked != "v3-bad" {
 		t.Errorf("state %+v, want v2 acked and v3-bad nacked", st)
 	}

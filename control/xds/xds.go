@@ -23,6 +23,7 @@ import (
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -131,6 +132,11 @@ func New(o Options) (*Client, error) {
 		// A server that went away without closing the connection is found in seconds, not
 		// the kernel's minutes, so the client starts retrying.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		// gRPC's own reconnection backs off up to 120 s, which would outlast RetryInterval
+		// by far once the server has been away a while: reconnect at its pace instead.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: o.RetryInterval, Multiplier: 1, Jitter: 0.2, MaxDelay: o.RetryInterval,
+		}}),
 	}
 	if o.MaxMessageBytes > 0 {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes)))

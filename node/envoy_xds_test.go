@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/testkit/testca"
 	"github.com/sluicehq/sluice/internal/testkit/xdstest"
 )
 
@@ -249,5 +251,42 @@ func TestNodeFromXDSForceStart(t *testing.T) {
 			t.Fatalf("limit %d %v after the first push, want 7", got, within)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNodeFromXDSOverTLS: with --envoy-xds-tls the node reaches a server that requires a
+// client certificate, verifying the server's against --envoy-xds-ca under the name
+// --envoy-xds-san (the address is an IP; the name is localhost).
+func TestNodeFromXDSOverTLS(t *testing.T) {
+	ca := testca.New(t, "xds-ca")
+	dir := t.TempDir()
+	serverPair := ca.Server(t, "xds-server")
+	cert, err := tls.X509KeyPair(serverPair.CertPEM, serverPair.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := xdstest.StartTLS(t, &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
+	srv.Set(envoyDefaultXDSNodeID, "v1", xdstest.Config("edge", "edge", 9, [2]string{"path", "/a"}))
+	clientCert, clientKey := ca.Client(t, "sluice").Files(t, dir, "client")
+	c := testConfig(t, "--envoy-xds", srv.Addr, "--envoy-xds-retry", "50ms", "--envoy-xds-tls",
+		"--envoy-xds-ca", ca.File(t, dir, "ca.pem"), "--envoy-xds-cert", clientCert, "--envoy-xds-key", clientKey,
+		"--envoy-xds-san", "localhost")
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	n, err := New(ctx, c)
+	if err != nil {
+		t.Fatalf("New over TLS: %v", err)
+	}
+	runCtx, stop := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(runCtx) }()
+	defer func() { stop(); <-ran; n.Close() }()
+	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := rlsLimit(t, rlsv3.NewRateLimitServiceClient(conn)); got != 9 {
+		t.Fatalf("limit %d, want the TLS server's 9", got)
 	}
 }

@@ -5,6 +5,7 @@ package xdstest
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // Server is one xDS server. Addr stays the same across Restart; the snapshots do not (a
@@ -27,6 +29,7 @@ type Server struct {
 	Addr string
 
 	t        testing.TB
+	tls      *tls.Config // nil: plaintext
 	mu       sync.Mutex
 	cache    cachev3.SnapshotCache
 	srv      *grpc.Server
@@ -38,6 +41,16 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, Addr: "127.0.0.1:0"}
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartTLS is Start with the server speaking TLS as cfg says (a certificate, and ClientCAs
+// with ClientAuth for mutual TLS).
+func StartTLS(t testing.TB, cfg *tls.Config) *Server {
+	t.Helper()
+	s := &Server{t: t, Addr: "127.0.0.1:0", tls: cfg}
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
@@ -65,7 +78,11 @@ func (s *Server) start() {
 		s.mu.Unlock()
 		return nil
 	}}
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+	}
+	srv := grpc.NewServer(opts...)
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(ctx, cache, cb))
 	s.mu.Lock()
 	s.Addr, s.cache, s.srv, s.cancel = ln.Addr().String(), cache, srv, cancel

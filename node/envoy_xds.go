@@ -35,6 +35,8 @@ type xdsFlags struct {
 	key        string
 	san        string
 	forceStart bool
+	headers    string
+	maxMessage int
 }
 
 // The reference's defaults for its CONFIG_GRPC_XDS_* variables.
@@ -53,6 +55,8 @@ func (x *xdsFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&x.cert, "envoy-xds-cert", EnvDefault("SLUICE_ENVOY_XDS_CERT", ""), "PEM client certificate presented to the xDS server, with --envoy-xds-key and --envoy-xds-tls (SLUICE_ENVOY_XDS_CERT)")
 	f.StringVar(&x.key, "envoy-xds-key", EnvDefault("SLUICE_ENVOY_XDS_KEY", ""), "PEM private key of --envoy-xds-cert (SLUICE_ENVOY_XDS_KEY)")
 	f.StringVar(&x.san, "envoy-xds-san", EnvDefault("SLUICE_ENVOY_XDS_SAN", ""), "name the xDS server's certificate must carry, when it is not the host of --envoy-xds (SLUICE_ENVOY_XDS_SAN)")
+	f.StringVar(&x.headers, "envoy-xds-headers", EnvDefault("SLUICE_ENVOY_XDS_HEADERS", ""), "gRPC metadata sent to the xDS server on the stream, such as a token: key=value[,key=value...] (key:value also) (SLUICE_ENVOY_XDS_HEADERS)")
+	f.IntVar(&x.maxMessage, "envoy-xds-max-message", 0, "largest response taken from the xDS server, in bytes; 0 is gRPC's 4 MiB (SLUICE_ENVOY_XDS_MAX_MESSAGE)")
 	f.BoolVar(&x.forceStart, "envoy-xds-force-start", os.Getenv("SLUICE_ENVOY_XDS_FORCE_START") == "true", "start serving before the xDS server sent a configuration, with no Envoy domains until it does; without it serve waits for the first one (SLUICE_ENVOY_XDS_FORCE_START=true)")
 }
 
@@ -82,11 +86,22 @@ func readEnvoyXDS(s *envoySettings, get func(string) string) error {
 	if v := get("CONFIG_GRPC_XDS_NODE_ID"); v != "" {
 		add("envoy-xds-node-id", "SLUICE_ENVOY_XDS_NODE_ID", v, "CONFIG_GRPC_XDS_NODE_ID")
 	}
-	if v := get("CONFIG_GRPC_XDS_NODE_METADATA"); v != "" {
-		if _, err := parseXDSMetadata(v); err != nil {
-			return fmt.Errorf("CONFIG_GRPC_XDS_NODE_METADATA: %w", err)
+	for _, kv := range []struct{ env, flag, sluice string }{
+		{"CONFIG_GRPC_XDS_NODE_METADATA", "envoy-xds-node-metadata", "SLUICE_ENVOY_XDS_NODE_METADATA"},
+		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "envoy-xds-headers", "SLUICE_ENVOY_XDS_HEADERS"},
+	} {
+		if v := get(kv.env); v != "" {
+			if _, err := parseKeyValues(v); err != nil {
+				return fmt.Errorf("%s: %w", kv.env, err)
+			}
+			add(kv.flag, kv.sluice, v, kv.env)
 		}
-		add("envoy-xds-node-metadata", "SLUICE_ENVOY_XDS_NODE_METADATA", v, "CONFIG_GRPC_XDS_NODE_METADATA")
+	}
+	if v := get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+			return fmt.Errorf("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: %q is not a number of bytes", v)
+		}
+		add("envoy-xds-max-message", "SLUICE_ENVOY_XDS_MAX_MESSAGE", v, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
 	}
 	if v := get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"); v != "" {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
@@ -119,9 +134,9 @@ func readEnvoyXDS(s *envoySettings, get func(string) string) error {
 	return nil
 }
 
-// parseXDSMetadata reads key=value pairs separated by commas; key:value is taken too, the
-// form the reference's documentation shows.
-func parseXDSMetadata(v string) (map[string]string, error) {
+// parseKeyValues reads key=value pairs separated by commas; key:value is taken too, the form
+// the reference's variables use.
+func parseKeyValues(v string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, pair := range strings.Split(v, ",") {
 		pair = strings.TrimSpace(pair)
@@ -201,9 +216,16 @@ type xdsPolicy struct {
 // openXDSPolicy starts the xDS client and, unless --envoy-xds-force-start, waits for the
 // server's first valid configuration, as the reference does.
 func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySource, error) {
-	md, err := parseXDSMetadata(x.metadata)
+	md, err := parseKeyValues(x.metadata)
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-xds-node-metadata: %w", err)
+	}
+	headers, err := parseKeyValues(x.headers)
+	if err != nil {
+		return nil, fmt.Errorf("--envoy-xds-headers: %w", err)
+	}
+	if x.maxMessage < 0 {
+		return nil, fmt.Errorf("--envoy-xds-max-message: %d is negative", x.maxMessage)
 	}
 	if x.retry <= 0 {
 		return nil, fmt.Errorf("--envoy-xds-retry: %v is not positive", x.retry)
@@ -214,8 +236,9 @@ func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySo
 	}
 	p := &xdsPolicy{name: "xds:" + x.server, log: log, first: make(chan struct{})}
 	p.client, err = xds.New(xds.Options{
-		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, RetryInterval: x.retry, TLS: tlsCfg,
-		Apply: p.apply, Logger: log,
+		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers, RetryInterval: x.retry, TLS: tlsCfg,
+		MaxMessageBytes: x.maxMessage,
+		Apply:           p.apply, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-xds: %w", err)

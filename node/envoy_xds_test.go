@@ -39,7 +39,9 @@ func TestReadEnvoyXDS(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/ca.pem",
 			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/k.pem",
 			"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "cp.internal", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+			"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer t0k", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608",
 		}, want: map[string]string{
+			"envoy-xds-headers": "authorization:Bearer t0k", "envoy-xds-max-message": "8388608",
 			"envoy-xds": "cp:18000", "envoy-xds-node-id": "rl-1", "envoy-xds-node-metadata": "zone=a,team:edge",
 			"envoy-xds-retry": "500ms", "envoy-xds-tls": "true", "envoy-xds-ca": "/ca.pem", "envoy-xds-cert": "/c.pem",
 			"envoy-xds-key": "/k.pem", "envoy-xds-san": "cp.internal", "envoy-xds-force-start": "true",
@@ -47,6 +49,8 @@ func TestReadEnvoyXDS(t *testing.T) {
 		{name: "bad config type", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}, err: `CONFIG_TYPE: "GRPC_XDS_DELTA" is not FILE or GRPC_XDS_SOTW`},
 		{name: "bad retry", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3"}, err: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
 		{name: "bad tls switch", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "sure"}, err: "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+		{name: "bad headers", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": ":x"}, err: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
+		{name: "bad max message", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "4MB"}, err: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
 		{name: "bad metadata", vars: map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "zone"}, err: "CONFIG_GRPC_XDS_NODE_METADATA"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,6 +98,8 @@ func TestEnvoyXDSRefusesBadSettings(t *testing.T) {
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--config", "policy.yaml"}, "--envoy-xds: the configuration comes from the xDS server"},
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-node-metadata", "=x"}, "--envoy-xds-node-metadata"},
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-retry", "0s"}, "--envoy-xds-retry"},
+		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-headers", "token"}, "--envoy-xds-headers"},
+		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-max-message", "-1"}, "--envoy-xds-max-message"},
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-ca", "/ca.pem"}, "--envoy-xds-ca: needs --envoy-xds-tls"},
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-tls", "--envoy-xds-ca", "/nonexistent/ca.pem"}, "--envoy-xds-ca"},
 		{[]string{"--envoy-xds", "127.0.0.1:1", "--envoy-xds-tls", "--envoy-xds-cert", "/c.pem"}, "--envoy-xds-cert: needs --envoy-xds-key"},

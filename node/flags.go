@@ -15,13 +15,14 @@ import (
 // value stops serve naming the variable instead of being ignored, and a flag given on the
 // command line wins.
 var flagEnv = map[string]string{
-	"envoy-xds-retry":   "SLUICE_ENVOY_XDS_RETRY",
-	"gc-percent":        "SLUICE_GC_PERCENT",
-	"grpc-workers":      "SLUICE_GRPC_WORKERS",
-	"hot-key-overage":   "SLUICE_HOT_KEY_OVERAGE",
-	"max-body":          "SLUICE_MAX_BODY",
-	"pprof":             "SLUICE_PPROF",
-	"snapshot-interval": "SLUICE_SNAPSHOT_INTERVAL",
+	"envoy-xds-max-message": "SLUICE_ENVOY_XDS_MAX_MESSAGE",
+	"envoy-xds-retry":       "SLUICE_ENVOY_XDS_RETRY",
+	"gc-percent":            "SLUICE_GC_PERCENT",
+	"grpc-workers":          "SLUICE_GRPC_WORKERS",
+	"hot-key-overage":       "SLUICE_HOT_KEY_OVERAGE",
+	"max-body":              "SLUICE_MAX_BODY",
+	"pprof":                 "SLUICE_PPROF",
+	"snapshot-interval":     "SLUICE_SNAPSHOT_INTERVAL",
 }
 
 // applyFlagEnv sets the flags of flagEnv not given on the command line from their variables.
@@ -51,7 +52,7 @@ var flagGroups = []struct {
 }{
 	{"Listeners and requests", []string{"http", "admin-http", "grpc", "grpc-reflection", "tls-cert", "tls-key", "tls-client-ca", "max-body", "max-inflight", "grpc-workers"}},
 	{"Policy", []string{"config", "shadow"}},
-	{"Envoy domains from xDS", []string{"envoy-xds", "envoy-xds-node-id", "envoy-xds-node-metadata", "envoy-xds-retry", "envoy-xds-tls", "envoy-xds-ca", "envoy-xds-cert", "envoy-xds-key", "envoy-xds-san", "envoy-xds-force-start"}},
+	{"Envoy domains from xDS", []string{"envoy-xds", "envoy-xds-node-id", "envoy-xds-node-metadata", "envoy-xds-retry", "envoy-xds-tls", "envoy-xds-ca", "envoy-xds-cert", "envoy-xds-key", "envoy-xds-san", "envoy-xds-headers", "envoy-xds-max-message", "envoy-xds-force-start"}},
 	{"Stores", []string{"store", "data-dir", "snapshot-interval", "store-timeout", "store-timeout-max", "hot-keys", "hot-key-threshold", "hot-key-overage", "fleet-size"}},
 	{"Control plane", []string{"control", "admin-token-file", "trusted-proxies", "node-id", "audit-retention", "violations-retention", "events-flush", "events-queue"}},
 	{"Abuse detection", []string{"abuse-detection", "abuse-interval", "abuse-window", "abuse-threshold", "abuse-min-requests", "abuse-multiplier", "abuse-penalty"}},

@@ -182,6 +182,7 @@ func TestClientAgainstControlPlane(t *testing.T) {
 	h := &holder{}
 	c, err := xds.New(xds.Options{
 		Server: srv.Addr, NodeID: node, NodeMetadata: map[string]string{"zone": "test"},
+		Headers:       map[string]string{"Authorization": "Bearer t0k"},
 		RetryInterval: 50 * time.Millisecond, Apply: h.apply,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -197,8 +198,15 @@ func TestClientAgainstControlPlane(t *testing.T) {
 		return func() bool { v, l := h.limitOf("edge", "path", "/a"); return v == version && l == limit }
 	}
 	eventually(t, "initial configuration v1 (10/min)", want("v1", 10))
-	if reqs := srv.Requests(); len(reqs) == 0 || reqs[0].GetNode().GetId() != node || reqs[0].GetNode().GetMetadata().GetFields()["zone"].GetStringValue() != "test" {
-		t.Errorf("first request's node: %v, want id %s with metadata zone=test", reqs[0].GetNode(), node)
+	reqs := srv.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the server recorded no request")
+	}
+	if n := reqs[0].GetNode(); n.GetId() != node || n.GetMetadata().GetFields()["zone"].GetStringValue() != "test" {
+		t.Errorf("first request's node: %v, want id %s with metadata zone=test", n, node)
+	}
+	if got := srv.Headers().Get("authorization"); len(got) != 1 || got[0] != "Bearer t0k" {
+		t.Errorf("stream metadata authorization = %q, want the header given", got)
 	}
 
 	srv.Set(node, "v2", xdstest.Config("edge", "edge", 20, [2]string{"path", "/a"}))

@@ -19,6 +19,7 @@ import (
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 )
 
 // Server is one xDS server. Addr stays the same across Restart; the snapshots do not (a
@@ -35,6 +36,7 @@ type Server struct {
 	srv      *grpc.Server
 	cancel   context.CancelFunc
 	requests []*discoverypb.DiscoveryRequest
+	headers  metadata.MD // of the last stream opened
 }
 
 // Start starts a server on a free loopback port; it stops when the test ends.
@@ -72,7 +74,13 @@ func (s *Server) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cache := cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoverypb.DiscoveryRequest) error {
+	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		s.mu.Lock()
+		s.headers = md.Copy()
+		s.mu.Unlock()
+		return nil
+	}, StreamRequestFunc: func(_ int64, req *discoverypb.DiscoveryRequest) error {
 		s.mu.Lock()
 		s.requests = append(s.requests, req)
 		s.mu.Unlock()
@@ -114,6 +122,13 @@ func (s *Server) Requests() []*discoverypb.DiscoveryRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*discoverypb.DiscoveryRequest(nil), s.requests...)
+}
+
+// Headers returns the gRPC metadata of the last stream opened.
+func (s *Server) Headers() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.headers.Copy()
 }
 
 // Stop stops the server, closing its streams; a second Stop does nothing.

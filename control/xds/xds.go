@@ -87,7 +87,7 @@ type State struct {
 	Acked string
 	// Nacked is the version of the last configuration refused, and NackErr its error.
 	Nacked, NackErr string
-	// Connected tells whether a stream to the server is open.
+	// Connected tells whether the current stream has had a response from the server.
 	Connected bool
 }
 
@@ -162,14 +162,25 @@ func (c *Client) Close() error { return c.conn.Close() }
 // fails, it waits RetryInterval (plus jitter) and opens a new one, announcing the version it
 // last applied so that a server with nothing newer sends nothing.
 func (c *Client) Run(ctx context.Context) {
+	failures := 0
 	for {
 		err := c.stream(ctx)
+		if c.State().Connected {
+			failures = 0
+		}
 		c.setConnected(false)
 		if ctx.Err() != nil {
 			return
 		}
+		failures++
 		wait := c.o.RetryInterval + rand.N(c.o.RetryInterval/2+1)
-		c.log.Warn("xDS stream ended; keeping the last configuration and retrying", "err", err, "retry_in", wait.Round(time.Millisecond), "version", c.State().Acked)
+		// Logged as a warning when the stream is lost and every 20th attempt after; the
+		// attempts between are debug lines, not a warning every few seconds.
+		level := slog.LevelDebug
+		if failures%20 == 1 {
+			level = slog.LevelWarn
+		}
+		c.log.Log(ctx, level, "xDS stream ended; keeping the last configuration and retrying", "err", err, "attempts", failures, "retry_in", wait.Round(time.Millisecond), "version", c.State().Acked)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -29,6 +29,7 @@ type xdsFlags struct {
 	nodeID     string
 	metadata   string
 	retry      time.Duration
+	retryMax   time.Duration
 	tls        bool
 	ca         string
 	cert       string
@@ -50,6 +51,7 @@ func (x *xdsFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&x.nodeID, "envoy-xds-node-id", EnvDefault("SLUICE_ENVOY_XDS_NODE_ID", envoyDefaultXDSNodeID), "node id announced to the xDS server, which picks the snapshot by it (SLUICE_ENVOY_XDS_NODE_ID)")
 	f.StringVar(&x.metadata, "envoy-xds-node-metadata", EnvDefault("SLUICE_ENVOY_XDS_NODE_METADATA", ""), "node metadata announced to the xDS server: key=value[,key=value...] (key:value also) (SLUICE_ENVOY_XDS_NODE_METADATA)")
 	f.DurationVar(&x.retry, "envoy-xds-retry", xds.DefaultRetryInterval, "wait between attempts to reach the xDS server, plus up to half of it at random (SLUICE_ENVOY_XDS_RETRY)")
+	f.DurationVar(&x.retryMax, "envoy-xds-retry-max", 0, "when above --envoy-xds-retry, the wait doubles at each failed attempt in a row up to it; 0 keeps it at --envoy-xds-retry (SLUICE_ENVOY_XDS_RETRY_MAX)")
 	f.BoolVar(&x.tls, "envoy-xds-tls", os.Getenv("SLUICE_ENVOY_XDS_TLS") == "true", "reach the xDS server over TLS, verified against the system's roots or --envoy-xds-ca (SLUICE_ENVOY_XDS_TLS=true)")
 	f.StringVar(&x.ca, "envoy-xds-ca", EnvDefault("SLUICE_ENVOY_XDS_CA", ""), "PEM CA bundle that signs the xDS server's certificate, with --envoy-xds-tls (SLUICE_ENVOY_XDS_CA)")
 	f.StringVar(&x.cert, "envoy-xds-cert", EnvDefault("SLUICE_ENVOY_XDS_CERT", ""), "PEM client certificate presented to the xDS server, with --envoy-xds-key and --envoy-xds-tls (SLUICE_ENVOY_XDS_CERT)")
@@ -108,6 +110,32 @@ func readEnvoyXDS(s *envoySettings, get func(string) string) error {
 			return fmt.Errorf("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: %q is not a positive duration such as 3s", v)
 		}
 		add("envoy-xds-retry", "SLUICE_ENVOY_XDS_RETRY", v, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")
+	}
+	// The reference's later backoff settings: the first wait unless
+	// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL gives it, and the longest.
+	for _, d := range []struct{ env, flag, sluice string }{
+		{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "envoy-xds-retry", "SLUICE_ENVOY_XDS_RETRY"},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "envoy-xds-retry-max", "SLUICE_ENVOY_XDS_RETRY_MAX"},
+	} {
+		v := get(d.env)
+		if v == "" || (d.flag == "envoy-xds-retry" && get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") != "") {
+			continue
+		}
+		if t, err := time.ParseDuration(v); err != nil || t <= 0 {
+			return fmt.Errorf("%s: %q is not a positive duration such as 10s", d.env, v)
+		}
+		add(d.flag, d.sluice, v, d.env)
+	}
+	// Sluice adds up to half of each wait at random: the reference's default jitter.
+	if v := get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || f != 0.5 {
+			return fmt.Errorf("XDS_CLIENT_BACKOFF_RANDOM_FACTOR: %q: only 0.5 is supported (Sluice adds up to half of each wait at random); leave it unset", v)
+		}
+	}
+	if v := get("XDS_CLIENT_BACKOFF_JITTER"); v != "" {
+		if on, err := strconv.ParseBool(v); err != nil || !on {
+			return fmt.Errorf("XDS_CLIENT_BACKOFF_JITTER: %q: only true is supported (Sluice always adds jitter); leave it unset", v)
+		}
 	}
 	for _, b := range []struct{ env, flag, sluice string }{
 		{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "envoy-xds-tls", "SLUICE_ENVOY_XDS_TLS"},
@@ -230,13 +258,16 @@ func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySo
 	if x.retry <= 0 {
 		return nil, fmt.Errorf("--envoy-xds-retry: %v is not positive", x.retry)
 	}
+	if x.retryMax < 0 {
+		return nil, fmt.Errorf("--envoy-xds-retry-max: %v is negative", x.retryMax)
+	}
 	tlsCfg, err := x.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
 	p := &xdsPolicy{name: "xds:" + x.server, log: log, first: make(chan struct{})}
 	p.client, err = xds.New(xds.Options{
-		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers, RetryInterval: x.retry, TLS: tlsCfg,
+		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers, RetryInterval: x.retry, MaxRetryInterval: x.retryMax, TLS: tlsCfg,
 		MaxMessageBytes: x.maxMessage,
 		Apply:           p.apply, Logger: log,
 	})

@@ -58,6 +58,9 @@ type Options struct {
 	// stream fails, with up to half of it added at random so that a fleet does not retry in
 	// step; 0 is DefaultRetryInterval.
 	RetryInterval time.Duration
+	// MaxRetryInterval, when above RetryInterval, makes the wait double at each failed
+	// attempt in a row up to it; 0 keeps every wait at RetryInterval.
+	MaxRetryInterval time.Duration
 	// TLS, when not nil, is the TLS configuration towards the server; nil is plaintext.
 	TLS *tls.Config
 	// MaxMessageBytes bounds a response's size; 0 is gRPC's default (4 MiB).
@@ -105,6 +108,9 @@ func New(o Options) (*Client, error) {
 	if o.RetryInterval == 0 {
 		o.RetryInterval = DefaultRetryInterval
 	}
+	if o.MaxRetryInterval < o.RetryInterval {
+		o.MaxRetryInterval = o.RetryInterval
+	}
 	if o.MaxMessageBytes < 0 {
 		return nil, fmt.Errorf("xds: max message size %d is negative", o.MaxMessageBytes)
 	}
@@ -135,7 +141,7 @@ func New(o Options) (*Client, error) {
 		// gRPC's own reconnection backs off up to 120 s, which would outlast RetryInterval
 		// by far once the server has been away a while: reconnect at its pace instead.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
-			BaseDelay: o.RetryInterval, Multiplier: 1, Jitter: 0.2, MaxDelay: o.RetryInterval,
+			BaseDelay: o.RetryInterval, Multiplier: 2, Jitter: 0.2, MaxDelay: o.MaxRetryInterval,
 		}}),
 	}
 	if o.MaxMessageBytes > 0 {
@@ -159,7 +165,8 @@ func (c *Client) State() State {
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Run keeps a stream to the server until ctx ends: when the stream cannot be opened or
-// fails, it waits RetryInterval (plus jitter) and opens a new one, announcing the version it
+// fails, it waits RetryInterval (doubling up to MaxRetryInterval while attempts fail in a
+// row, plus up to half at random) and opens a new one, announcing the version it
 // last applied so that a server with nothing newer sends nothing.
 func (c *Client) Run(ctx context.Context) {
 	failures := 0
@@ -173,7 +180,8 @@ func (c *Client) Run(ctx context.Context) {
 			return
 		}
 		failures++
-		wait := c.o.RetryInterval + rand.N(c.o.RetryInterval/2+1)
+		wait := retryWait(failures, c.o.RetryInterval, c.o.MaxRetryInterval)
+		wait += rand.N(wait/2 + 1)
 		// Logged as a warning when the stream is lost and every 20th attempt after; the
 		// attempts between are debug lines, not a warning every few seconds.
 		level := slog.LevelDebug
@@ -189,6 +197,17 @@ func (c *Client) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// retryWait is the wait after the failures-th failed attempt in a row, before jitter: base,
+// doubled at each further failure, at most max.
+func retryWait(failures int, base, longest time.Duration) time.Duration {
+	longest = max(base, longest)
+	wait := base
+	for i := 1; i < failures && wait < longest; i++ {
+		wait *= 2
+	}
+	return min(wait, longest)
 }
 
 func (c *Client) setConnected(v bool) {

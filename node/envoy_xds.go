@@ -46,6 +46,18 @@ const (
 	envoyDefaultXDSNodeID = "default"
 )
 
+// The xDS flags registered with a plain default join flagEnv here, so that a bad value in
+// their variables stops serve naming it.
+func init() {
+	for flag, env := range map[string]string{
+		"envoy-xds-retry":       "SLUICE_ENVOY_XDS_RETRY",
+		"envoy-xds-retry-max":   "SLUICE_ENVOY_XDS_RETRY_MAX",
+		"envoy-xds-max-message": "SLUICE_ENVOY_XDS_MAX_MESSAGE",
+	} {
+		flagEnv[flag] = env
+	}
+}
+
 func (x *xdsFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&x.server, "envoy-xds", EnvDefault("SLUICE_ENVOY_XDS", ""), "take the Envoy domains from this xDS server (host:port), as CONFIG_TYPE=GRPC_XDS_SOTW of Envoy's reference service: resources of type RateLimitConfig over ADS, instead of --config; the last configuration stays while the server is away (SLUICE_ENVOY_XDS)")
 	f.StringVar(&x.nodeID, "envoy-xds-node-id", EnvDefault("SLUICE_ENVOY_XDS_NODE_ID", envoyDefaultXDSNodeID), "node id announced to the xDS server, which picks the snapshot by it (SLUICE_ENVOY_XDS_NODE_ID)")

@@ -304,3 +304,33 @@ func TestNodeFromXDSOverTLS(t *testing.T) {
 		t.Fatalf("limit %d, want the TLS server's 9", got)
 	}
 }
+
+// TestEnvoyXDSFlagVariables: the xDS flags with a plain default read their SLUICE_*
+// variables, and a bad value stops serve naming the variable.
+func TestEnvoyXDSFlagVariables(t *testing.T) {
+	for _, tc := range []struct{ env, flag string }{
+		{"SLUICE_ENVOY_XDS_RETRY", "envoy-xds-retry"},
+		{"SLUICE_ENVOY_XDS_RETRY_MAX", "envoy-xds-retry-max"},
+		{"SLUICE_ENVOY_XDS_MAX_MESSAGE", "envoy-xds-max-message"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, "soon")
+			cmd := &cobra.Command{Use: "serve"}
+			var c Config
+			c.RegisterFlags(cmd)
+			if err := c.ReadEnv(cmd.Flags()); err == nil || !strings.Contains(err.Error(), tc.env) {
+				t.Fatalf("ReadEnv with %s=soon: %v, want an error naming it", tc.env, err)
+			}
+		})
+	}
+	t.Setenv("SLUICE_ENVOY_XDS_RETRY_MAX", "90s")
+	cmd := &cobra.Command{Use: "serve"}
+	var c Config
+	c.RegisterFlags(cmd)
+	if err := c.ReadEnv(cmd.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if c.xds.retryMax != 90*time.Second {
+		t.Fatalf("--envoy-xds-retry-max = %v, want SLUICE_ENVOY_XDS_RETRY_MAX's 90s", c.xds.retryMax)
+	}
+}

@@ -15,14 +15,12 @@ import (
 // value stops serve naming the variable instead of being ignored, and a flag given on the
 // command line wins.
 var flagEnv = map[string]string{
-	"envoy-xds-max-message": "SLUICE_ENVOY_XDS_MAX_MESSAGE",
-	"envoy-xds-retry":       "SLUICE_ENVOY_XDS_RETRY",
-	"gc-percent":            "SLUICE_GC_PERCENT",
-	"grpc-workers":          "SLUICE_GRPC_WORKERS",
-	"hot-key-overage":       "SLUICE_HOT_KEY_OVERAGE",
-	"max-body":              "SLUICE_MAX_BODY",
-	"pprof":                 "SLUICE_PPROF",
-	"snapshot-interval":     "SLUICE_SNAPSHOT_INTERVAL",
+	"gc-percent":        "SLUICE_GC_PERCENT",
+	"grpc-workers":      "SLUICE_GRPC_WORKERS",
+	"hot-key-overage":   "SLUICE_HOT_KEY_OVERAGE",
+	"max-body":          "SLUICE_MAX_BODY",
+	"pprof":             "SLUICE_PPROF",
+	"snapshot-interval": "SLUICE_SNAPSHOT_INTERVAL",
 }
 
 // applyFlagEnv sets the flags of flagEnv not given on the command line from their variables.

@@ -279,9 +279,9 @@ func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySo
 	}
 	p := &xdsPolicy{name: "xds:" + x.server, log: log, first: make(chan struct{})}
 	p.client, err = xds.New(xds.Options{
-		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers, RetryInterval: x.retry, MaxRetryInterval: x.retryMax, TLS: tlsCfg,
-		MaxMessageBytes: x.maxMessage,
-		Apply:           p.apply, Logger: log,
+		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers,
+		RetryInterval: x.retry, MaxRetryInterval: x.retryMax, TLS: tlsCfg, MaxMessageBytes: x.maxMessage,
+		Apply: p.apply, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-xds: %w", err)

@@ -11,6 +11,8 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // Version is the version of a policy compiled from files of version filesVersion and the
@@ -26,9 +28,9 @@ func Version(filesVersion string, controlVersion int64) string {
 // later change made invalid (an override naming a rule since deleted) or that another version
 // of Sluice accepted.
 type SkippedError struct {
-	// Kind is "rule", "override", "exemption" or "identity".
+	// Kind is "rule", "override", "exemption", "identity" or "domain".
 	Kind string
-	// ID is the rule's name, the override's or exemption's id, or "KIND/VALUE".
+	// ID is the rule's or domain's name, the override's or exemption's id, or "KIND/VALUE".
 	ID  string
 	Err error
 }
@@ -53,6 +55,9 @@ func (e *SkippedError) Unwrap() error { return e.Err }
 //
 // Entries of st that do not compile are left out and returned as *SkippedError, so that one
 // bad entry never stops a node from following the rest of the control store.
+//
+// Envoy domains of st join those of the files; a domain a file defines is left out (the
+// file's applies), as is one whose configuration does not load or names another domain.
 //
 // Rules with adaptive: trust get their limits scaled for every identity of st with a trust
 // score, lowered by the violation minutes that WithViolationMinutes reports.
@@ -124,8 +129,34 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 	b.finish()
 	s := b.s
 	s.envoy, s.filesVersion, s.controlVersion = f.envoy, f.Version, st.Version
+	if len(st.Domains) > 0 {
+		api := make([]*envoyconf.Config, 0, len(st.Domains))
+		for _, d := range st.Domains {
+			if cfg, err := apiDomain(f.envoy, d); err != nil {
+				skip("domain", strconv.Quote(d.Name), err)
+			} else {
+				api = append(api, cfg)
+			}
+		}
+		s.envoy = f.envoy.WithDomains(api...)
+	}
 	s.Version = Version(f.Version, st.Version)
 	return s, skipped
+}
+
+// apiDomain loads an Envoy domain of the control store, unless files defines it.
+func apiDomain(files *envoyconf.Config, d APIDomain) (*envoyconf.Config, error) {
+	if files != nil && files.HasDomain(d.Name) {
+		return nil, errors.New("a policy file defines this domain, which applies")
+	}
+	cfg, err := envoyconf.Load(map[string][]byte{"domain " + d.Name: d.Body}, false)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.HasDomain(d.Name) {
+		return nil, fmt.Errorf("its configuration is for domain %q", cfg.Domains()[0])
+	}
+	return cfg, nil
 }
 
 // FilesVersion returns the version of the policy files the snapshot was compiled from.

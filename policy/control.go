@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -132,7 +133,11 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 	if len(st.Domains) > 0 {
 		api := make([]*envoyconf.Config, 0, len(st.Domains))
 		for _, d := range st.Domains {
-			if cfg, err := apiDomain(f.envoy, d); err != nil {
+			if f.envoy != nil && f.envoy.HasDomain(d.Name) {
+				skip("domain", strconv.Quote(d.Name), errors.New("a policy file defines this domain, which applies"))
+				continue
+			}
+			if cfg, err := o.domains.load(d); err != nil {
 				skip("domain", strconv.Quote(d.Name), err)
 			} else {
 				api = append(api, cfg)
@@ -140,15 +145,13 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 		}
 		s.envoy = f.envoy.WithDomains(api...)
 	}
+	o.domains.keep(st.Domains)
 	s.Version = Version(f.Version, st.Version)
 	return s, skipped
 }
 
-// apiDomain loads an Envoy domain of the control store, unless files defines it.
-func apiDomain(files *envoyconf.Config, d APIDomain) (*envoyconf.Config, error) {
-	if files != nil && files.HasDomain(d.Name) {
-		return nil, errors.New("a policy file defines this domain, which applies")
-	}
+// loadDomain loads an Envoy domain of the control store, which must name itself.
+func loadDomain(d APIDomain) (*envoyconf.Config, error) {
 	cfg, err := envoyconf.Load(map[string][]byte{"domain " + d.Name: d.Body}, false)
 	if err != nil {
 		return nil, err
@@ -157,6 +160,64 @@ func apiDomain(files *envoyconf.Config, d APIDomain) (*envoyconf.Config, error) 
 		return nil, fmt.Errorf("its configuration is for domain %q", cfg.Domains()[0])
 	}
 	return cfg, nil
+}
+
+// DomainCache keeps the Envoy domains CompileWith loaded from the control store, by name and
+// body, so that a compile after a change parses only the domains that changed: a fleet with a
+// hundred domains would otherwise parse them all again for every ban (BenchmarkCompileWithDomains).
+// The zero value is ready; it is safe for concurrent use, and holds only the domains of the
+// last State compiled with it.
+type DomainCache struct {
+	mu sync.Mutex
+	m  map[string]cachedDomain
+}
+
+type cachedDomain struct {
+	body string
+	cfg  *envoyconf.Config
+	err  error
+}
+
+// WithDomainCache makes CompileWith load the control store's Envoy domains through c.
+func WithDomainCache(c *DomainCache) CompileOption {
+	return func(o *compileOptions) { o.domains = c }
+}
+
+// load returns d loaded, from the cache when its body is the one loaded before; a nil cache
+// loads it.
+func (c *DomainCache) load(d APIDomain) (*envoyconf.Config, error) {
+	if c == nil {
+		return loadDomain(d)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[d.Name]; ok && e.body == string(d.Body) {
+		return e.cfg, e.err
+	}
+	cfg, err := loadDomain(d)
+	if c.m == nil {
+		c.m = map[string]cachedDomain{}
+	}
+	c.m[d.Name] = cachedDomain{body: string(d.Body), cfg: cfg, err: err}
+	return cfg, err
+}
+
+// keep forgets the domains that are not in domains.
+func (c *DomainCache) keep(domains []APIDomain) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make(map[string]bool, len(domains))
+	for _, d := range domains {
+		names[d.Name] = true
+	}
+	for n := range c.m {
+		if !names[n] {
+			delete(c.m, n)
+		}
+	}
 }
 
 // FilesVersion returns the version of the policy files the snapshot was compiled from.

@@ -513,3 +513,42 @@ func TestCompileWithDomains(t *testing.T) {
 		t.Errorf("a deleted domain stays: %v", s2.Envoy().Domains())
 	}
 }
+
+// TestDomainCache: with a DomainCache, a compile reuses the domains whose body did not change
+// (the same compiled limits), loads the changed ones, and still leaves out a bad one.
+func TestDomainCache(t *testing.T) {
+	t.Parallel()
+	f := mustFiles(t, controlFiles)
+	body := func(name string, rpu int) []byte {
+		return fmt.Appendf(nil, `{"domain":%q,"descriptors":[{"key":"k","rate_limit":{"unit":"minute","requests_per_unit":%d}}]}`, name, rpu)
+	}
+	limit := func(s *Snapshot, domain string) *envoyconf.Limit {
+		return s.Envoy().Match(domain, []envoyconf.Entry{{Key: "k", Value: "v"}}).Limit
+	}
+	var c DomainCache
+	st := &State{Version: 1, Domains: []APIDomain{{Name: "a", Body: body("a", 1)}, {Name: "b", Body: body("b", 2)}, {Name: "bad", Body: []byte(`{"domain":"bad","x":1}`)}}}
+	s1, skipped := CompileWith(f, st, now, WithDomainCache(&c))
+	if len(skipped) != 1 {
+		t.Fatalf("skipped %v, want the bad domain", skipped)
+	}
+	st2 := &State{Version: 2, Domains: []APIDomain{{Name: "a", Body: body("a", 1)}, {Name: "b", Body: body("b", 3)}, {Name: "bad", Body: []byte(`{"domain":"bad","x":1}`)}}}
+	s2, skipped := CompileWith(f, st2, now, WithDomainCache(&c))
+	if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "x: unknown field") {
+		t.Errorf("skipped %v, want the bad domain again, with its reason", skipped)
+	}
+	if limit(s2, "a") != limit(s1, "a") {
+		t.Error("the unchanged domain a was loaded again")
+	}
+	if l := limit(s2, "b"); l == limit(s1, "b") || l.RequestsPerUnit != 3 {
+		t.Errorf("the changed domain b: %+v, want it loaded again with 3", l)
+	}
+	// A deleted domain is forgotten, and one put back under its name is loaded anew.
+	CompileWith(f, &State{Version: 3, Domains: st2.Domains[:1]}, now, WithDomainCache(&c))
+	if len(c.m) != 1 {
+		t.Errorf("the cache holds %d domains after b and bad were deleted, want 1", len(c.m))
+	}
+	s4, _ := CompileWith(f, &State{Version: 4, Domains: st2.Domains[:2]}, now, WithDomainCache(&c))
+	if l := limit(s4, "b"); l == nil || l == limit(s2, "b") || l.RequestsPerUnit != 3 {
+		t.Errorf("b put back: %+v", l)
+	}
+}

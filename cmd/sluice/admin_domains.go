@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,10 +63,11 @@ domain of the policy files is read-only here.`
 		if err != nil {
 			return err
 		}
-		// JSON as JSON, so that an answer of get can be sent back; the rest as YAML, which
-		// the server reads as it reads a file, naming lines in its errors.
+		// JSON as JSON, so that an answer of get can be sent back; the rest (a YAML flow
+		// mapping, which starts with { too, included) as YAML, which the server reads as it
+		// reads a file, naming lines in its errors.
 		ct := "application/yaml"
-		if bytes.HasPrefix(body, []byte("{")) {
+		if json.Valid(body) {
 			ct = "application/json"
 		}
 		a, err := c.Do(cmd.Context(), request{Method: http.MethodPut, Path: adminPath("domains", args[0]), Body: body,

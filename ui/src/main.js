@@ -383,11 +383,17 @@ function Domains() {
   const [done, setDone] = useState("");
   const [f, set, setF] = useForm({ domain: "", config: "" });
   const act = (p, msg) => p.then(() => { setActError(null); setDone(msg); reload(); }, (err) => { setActError(err); setDone(""); });
-  // The configuration goes as the operator wrote it: JSON as JSON, anything else as the YAML
-  // of a file, which the server validates exactly as a file of --config.
+  // The configuration goes as the operator wrote it: JSON as JSON, anything else (a YAML flow
+  // mapping, which starts with { too, included) as the YAML of a file, which the server
+  // validates exactly as a file of --config.
   const save = (ev) => {
     ev.preventDefault();
-    const json = f.config.trim().startsWith("{");
+    let json = true;
+    try {
+      JSON.parse(f.config);
+    } catch (e) {
+      json = false;
+    }
     act(api("PUT", "domains/" + encodeURIComponent(f.domain), f.config, json ? "application/json" : "application/yaml"), "Domain " + shown(f.domain) + " saved.");
   };
   const edit = (d) => {

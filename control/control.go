@@ -108,6 +108,17 @@ type Store interface {
 	// DeleteIdentity deletes an assignment and returns the control version of the change.
 	DeleteIdentity(ctx context.Context, ch Change, kind IdentityKind, value string) (int64, error)
 
+	// ListDomains returns every Envoy-format domain created through the API, by name.
+	ListDomains(ctx context.Context) ([]Domain, error)
+	// GetDomain returns the domain called name.
+	GetDomain(ctx context.Context, name string) (Domain, error)
+	// PutDomain creates or replaces the domain called name; body is its configuration in the
+	// reference service's format as a JSON object, already validated by the caller (the
+	// store checks only that it is a JSON object). created tells which it did.
+	PutDomain(ctx context.Context, ch Change, name string, body json.RawMessage) (_ Domain, created bool, _ error)
+	// DeleteDomain deletes a domain and returns the control version of the change.
+	DeleteDomain(ctx context.Context, ch Change, name string) (int64, error)
+
 	// ListTokens returns every admin token (names and roles; hashes are never secrets), by name.
 	ListTokens(ctx context.Context) ([]Token, error)
 	// GetToken returns the token called name.
@@ -261,6 +272,24 @@ type Rule struct {
 
 // ETag returns the rule's entity tag.
 func (r Rule) ETag() string { return ETag(r.Version) }
+
+// Domain is an Envoy-format domain created at run time (docs/architecture.md, Envoy domains):
+// its configuration in the reference service's format, a JSON object with domain and
+// descriptors, stored verbatim.
+type Domain struct {
+	Name string
+	// Body is the domain's configuration as JSON; its "domain" member is Name.
+	Body      json.RawMessage
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// UpdatedBy is the actor of the last change.
+	UpdatedBy string
+	// Version is the control version of the last change; ETag() renders it.
+	Version int64
+}
+
+// ETag returns the domain's entity tag.
+func (d Domain) ETag() string { return ETag(d.Version) }
 
 // OverrideType says how an override changes a limit.
 type OverrideType string
@@ -451,6 +480,7 @@ const (
 	KindToken       Kind = "token"
 	KindPolicyFiles Kind = "policy_files"
 	KindPenalty     Kind = "penalty"
+	KindDomain      Kind = "domain"
 )
 
 // AuditEvent is one entry of the audit log.
@@ -513,6 +543,7 @@ type State struct {
 	Overrides  []Override
 	Exemptions []Exemption
 	Identities []Identity
+	Domains    []Domain
 }
 
 // UsageCount is one node's decisions of one minute for one rule and tenant ("" for requests

@@ -18,6 +18,9 @@ const (
 	MaxActorLen    = 256      // actors, node ids and addresses
 	MaxTargetLen   = 1024     // audit targets
 	MaxRuleBodyLen = 64 << 10 // a rule's JSON, in bytes
+	// MaxDomainBodyLen bounds an Envoy domain's JSON, in bytes: a domain holds a whole tree
+	// of descriptors, as a file of the reference service does.
+	MaxDomainBodyLen = 1 << 20
 	// MaxNodeStatsLen bounds a heartbeat's stats, in bytes; the schema checks it too.
 	MaxNodeStatsLen = 1 << 20
 )
@@ -74,6 +77,24 @@ func ValidateRule(name string, body json.RawMessage) error {
 	}
 	if !json.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
 		return &InvalidError{Field: "rule", Msg: "not a JSON object"}
+	}
+	return nil
+}
+
+// ValidateDomain checks a domain's name and that its body is one JSON object of bounded size;
+// its meaning is the caller's to validate (policy/envoyconf reads it as it reads a file).
+func ValidateDomain(name string, body json.RawMessage) error {
+	if err := CheckText("domain", name, 1, MaxNameLen); err != nil {
+		return err
+	}
+	if len(body) > MaxDomainBodyLen {
+		return &InvalidError{Field: "body", Msg: fmt.Sprintf("larger than %d bytes", MaxDomainBodyLen)}
+	}
+	if err := CheckText("body", string(body), 2, MaxDomainBodyLen); err != nil {
+		return err
+	}
+	if !json.Valid(body) || !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
+		return &InvalidError{Field: "body", Msg: "not a JSON object"}
 	}
 	return nil
 }
@@ -197,7 +218,7 @@ func (e AuditEvent) Validate() error {
 		return &InvalidError{Field: "action", Msg: fmt.Sprintf("%q is not an audit action", e.Action)}
 	}
 	switch e.Kind {
-	case KindRule, KindOverride, KindExemption, KindIdentity, KindToken, KindPolicyFiles, KindPenalty:
+	case KindRule, KindOverride, KindExemption, KindIdentity, KindToken, KindPolicyFiles, KindPenalty, KindDomain:
 	default:
 		return &InvalidError{Field: "kind", Msg: fmt.Sprintf("%q is not an audit kind", e.Kind)}
 	}

@@ -297,6 +297,8 @@ func TestServeRejectsBadAbuseSettings(t *testing.T) {
 		{flag: "--abuse-penalty=forever", want: "--abuse-penalty"},
 		{env: "ABUSE_THRESHOLD=lots", want: "ABUSE_THRESHOLD"},
 		{env: "ABUSE_DETECTION=perhaps", want: "ABUSE_DETECTION"},
+		{flag: "--abuse-max-penalties=0", want: "--abuse-max-penalties"},
+		{env: "SLUICE_ABUSE_MAX_PENALTIES=many", want: "SLUICE_ABUSE_MAX_PENALTIES"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		args := []string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--data-dir", t.TempDir()}

@@ -258,7 +258,7 @@ func TestDashboard(t *testing.T) {
 		b.do("tab", chromedp.KeyEvent(kb.Tab))
 		reached = append(reached, b.focused())
 	}
-	pages := []string{"overview", "top", "caller", "history", "violations", "overrides", "audit", "nodes"}
+	pages := []string{"overview", "top", "caller", "history", "violations", "overrides", "domains", "audit", "nodes"}
 	for _, p := range pages {
 		if !strings.Contains(strings.Join(reached, " "), "a[#/"+p+"]") {
 			t.Errorf("Tab did not reach the %s link; focus went %v", p, reached)
@@ -332,6 +332,34 @@ func TestDashboard(t *testing.T) {
 	b.goTo("violations")
 	b.waitText("bob's denied check is a violation", "table tbody", 15*time.Second, func(txt string) bool { return strings.Contains(txt, "bob") && strings.Contains(txt, "hard") })
 	b.shot("violations")
+
+	// An Envoy domain written on the page as YAML is enforced; a bad one is refused naming
+	// its field, and the domain can be edited and deleted from its row.
+	b.goTo("domains")
+	b.do("put a domain as YAML",
+		chromedp.SendKeys(chromedp.ID("dom-name"), "edge"),
+		chromedp.SendKeys(chromedp.ID("dom-config"), "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"),
+		chromedp.Click(chromedp.CSS(`form[aria-labelledby="h-put-domain"] button[type="submit"]`)),
+	)
+	b.waitText("the domain is listed", `#domains tr[data-domain="edge"]`, 10*time.Second, func(txt string) bool { return strings.Contains(txt, "api") && strings.Contains(txt, "bootstrap") })
+	const rls = `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.9"}]}]}`
+	if code, out := s.rlsJSON(rls); code != 200 || !strings.Contains(out, `"requestsPerUnit":1`) {
+		t.Errorf("the domain put on the page: first request %d %s, want OK under a limit of 1", code, out)
+	}
+	if code, _ := s.rlsJSON(rls); code != 429 {
+		t.Errorf("the domain put on the page: second request %d, want 429", code)
+	}
+	b.shot("domains")
+	b.do("edit it into a bad unit",
+		chromedp.Click(chromedp.CSS(`#domains tr[data-domain="edge"] button:not(.danger)`)),
+		chromedp.Evaluate[chromedp.Void](`(() => { const t = document.getElementById("dom-config"); t.value = t.value.replace('"hour"', '"fortnight"'); t.dispatchEvent(new Event("input", { bubbles: true })); })()`),
+		chromedp.Click(chromedp.CSS(`form[aria-labelledby="h-put-domain"] button[type="submit"]`)),
+	)
+	b.waitText("the bad unit is refused, its field named", `[role="alert"]`, 10*time.Second, func(txt string) bool {
+		return strings.Contains(txt, "fortnight") && strings.Contains(txt, "descriptors[0].rate_limit.unit")
+	})
+	b.do("delete it", chromedp.Click(chromedp.CSS(`#domains tr[data-domain="edge"] button.danger`)))
+	b.waitText("the domain is gone", "#domains tbody", 10*time.Second, func(txt string) bool { return strings.Contains(txt, "No domains.") })
 
 	b.goTo("audit")
 	b.waitText("the ban is audited", `#audit tr[data-kind="override"][data-action="create"]`, 10*time.Second, func(txt string) bool {

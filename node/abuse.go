@@ -22,7 +22,8 @@ type abuseFlags struct {
 	cfg     abuse.Config
 }
 
-// abuseEnv names the environment variable of each --abuse-* flag: the seeds' ABUSE_* names.
+// abuseEnv names the environment variable of each --abuse-* flag: the seeds' ABUSE_* names, and
+// SLUICE_* for the flags the seeds did not have.
 var abuseEnv = []struct{ flag, env string }{
 	{"abuse-detection", "ABUSE_DETECTION"},
 	{"abuse-interval", "ABUSE_INTERVAL"},
@@ -31,6 +32,7 @@ var abuseEnv = []struct{ flag, env string }{
 	{"abuse-min-requests", "ABUSE_MIN_REQUESTS"},
 	{"abuse-multiplier", "ABUSE_MULTIPLIER"},
 	{"abuse-penalty", "ABUSE_PENALTY"},
+	{"abuse-max-penalties", "SLUICE_ABUSE_MAX_PENALTIES"},
 }
 
 // addAbuseFlags defines the --abuse-* flags on f, with the documented defaults.
@@ -43,6 +45,7 @@ func addAbuseFlags(f *pflag.FlagSet, a *abuseFlags) {
 	f.Int64Var(&a.cfg.MinRequests, "abuse-min-requests", a.cfg.MinRequests, "requests to one rule within the window below which a tenant is not judged on it (ABUSE_MIN_REQUESTS)")
 	f.Float64Var(&a.cfg.Multiplier, "abuse-multiplier", a.cfg.Multiplier, "the penalty: the tenant's limits times this factor, above 0 and below 1 (ABUSE_MULTIPLIER)")
 	f.Var(durationFlag{&a.cfg.Penalty}, "abuse-penalty", "how long a penalty lasts, 1s to 30d (ABUSE_PENALTY)")
+	f.IntVar(&a.cfg.MaxPenalties, "abuse-max-penalties", a.cfg.MaxPenalties, "most penalties one run creates, 1 to 10000: the worst offenders first, the rest counted in sluice_abuse_penalties_skipped_total and judged again next run (SLUICE_ABUSE_MAX_PENALTIES)")
 }
 
 // applyAbuseEnv sets each --abuse-* flag not given on the command line from its ABUSE_*
@@ -92,7 +95,7 @@ func startAbuse(ctx context.Context, a abuseFlags, ctrl control.Store, holder st
 	det.Start(ctx)
 	r.det = det
 	log.Info("abuse detection on", "interval", a.cfg.Interval, "window", a.cfg.Window, "threshold", a.cfg.Threshold,
-		"min_requests", a.cfg.MinRequests, "multiplier", a.cfg.Multiplier, "penalty", a.cfg.Penalty)
+		"min_requests", a.cfg.MinRequests, "multiplier", a.cfg.Multiplier, "penalty", a.cfg.Penalty, "max_penalties", a.cfg.MaxPenalties)
 	return r, nil
 }
 

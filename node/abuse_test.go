@@ -41,6 +41,8 @@ func TestAbuseFlags(t *testing.T) {
 	fromEnv.cfg.Interval, fromEnv.cfg.Window, fromEnv.cfg.MinRequests = 30*time.Second, 2*time.Hour, 500
 	flagWins := defaults
 	flagWins.cfg.Threshold = 0.7
+	capped := defaults
+	capped.cfg.MaxPenalties = 5
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -67,6 +69,10 @@ func TestAbuseFlags(t *testing.T) {
 		{name: "multiplier 1", args: []string{"--abuse-multiplier=1"}, err: []string{"--abuse-multiplier"}},
 		{name: "penalty 40 days", args: []string{"--abuse-penalty=40d"}, err: []string{"--abuse-penalty"}},
 		{name: "penalty not a duration", args: []string{"--abuse-penalty=soon"}, err: []string{"abuse-penalty"}},
+		{name: "max penalties", args: []string{"--abuse-max-penalties=5"}, want: capped},
+		{name: "max penalties from its variable", env: map[string]string{"SLUICE_ABUSE_MAX_PENALTIES": "5"}, want: capped},
+		{name: "max penalties 0", args: []string{"--abuse-max-penalties=0"}, err: []string{"--abuse-max-penalties"}},
+		{name: "max penalties variable not a number", env: map[string]string{"SLUICE_ABUSE_MAX_PENALTIES": "many"}, err: []string{"SLUICE_ABUSE_MAX_PENALTIES", "--abuse-max-penalties"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, e := range abuseEnv {

@@ -188,9 +188,9 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		Control: d.store,
 		Limiter: d.limiter,
 		Files: func() adminapi.FilePolicy {
-			files := d.runtime.Files()
-			fp := adminapi.FilesFromConfigs(files.Configs()...)
-			fp.Envoy = files.Envoy()
+			f := d.runtime.Files()
+			fp := adminapi.FilesFromConfigs(f.Configs()...)
+			fp.Envoy, fp.Domains = f.Envoy(), f.EnvoyDomains()
 			return fp
 		},
 		PolicyVersion:  d.runtime.PolicyVersion,

@@ -194,6 +194,7 @@ type CompileOption func(*compileOptions)
 
 type compileOptions struct {
 	violationMinutes func(IdentityKind, string) int
+	domains          *DomainCache
 }
 
 // WithViolationMinutes gives CompileWith, for an identity with a trust score, the number of

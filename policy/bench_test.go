@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -124,6 +126,36 @@ func BenchmarkAssign(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				c.s.Assign(&c.r, &scratch)
+			}
+		})
+	}
+}
+
+// BenchmarkCompileWithDomains is what 100 domains of the control store, each of 20 descriptors
+// with a nested one, add to every compile: parsed again each time, or (as the follower
+// compiles, with a DomainCache) looked up, none having changed.
+func BenchmarkCompileWithDomains(b *testing.B) {
+	f := mustFiles(b, controlFiles)
+	st := &State{Version: 1}
+	for d := range 100 {
+		var desc []string
+		for i := range 20 {
+			desc = append(desc, fmt.Sprintf(`{"key":"path","value":"/api/v%d/*","rate_limit":{"unit":"second","requests_per_unit":%d},`+
+				`"descriptors":[{"key":"remote_address","rate_limit":{"unit":"minute","requests_per_unit":100}}]}`, i, 10+i))
+		}
+		name := fmt.Sprint("domain-", d)
+		st.Domains = append(st.Domains, APIDomain{Name: name, Body: []byte(`{"domain":"` + name + `","descriptors":[` + strings.Join(desc, ",") + `]}`)})
+	}
+	for _, bc := range []struct {
+		name  string
+		cache *DomainCache
+	}{{"parsed", nil}, {"cached", &DomainCache{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, skipped := CompileWith(f, st, now, WithDomainCache(bc.cache)); len(skipped) > 0 || len(s.Envoy().Domains()) != 100 {
+					b.Fatal(skipped)
+				}
 			}
 		})
 	}

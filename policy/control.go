@@ -7,10 +7,13 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // Version is the version of a policy compiled from files of version filesVersion and the
@@ -26,9 +29,9 @@ func Version(filesVersion string, controlVersion int64) string {
 // later change made invalid (an override naming a rule since deleted) or that another version
 // of Sluice accepted.
 type SkippedError struct {
-	// Kind is "rule", "override", "exemption" or "identity".
+	// Kind is "rule", "override", "exemption", "identity" or "domain".
 	Kind string
-	// ID is the rule's name, the override's or exemption's id, or "KIND/VALUE".
+	// ID is the rule's or domain's name, the override's or exemption's id, or "KIND/VALUE".
 	ID  string
 	Err error
 }
@@ -54,6 +57,9 @@ func (e *SkippedError) Unwrap() error { return e.Err }
 // Entries of st that do not compile are left out and returned as *SkippedError, so that one
 // bad entry never stops a node from following the rest of the control store.
 //
+// Envoy domains of st join those of the files; a domain a file defines is left out (the
+// file's applies), as is one whose configuration does not load or names another domain.
+//
 // Rules with adaptive: trust get their limits scaled for every identity of st with a trust
 // score, lowered by the violation minutes that WithViolationMinutes reports.
 func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Snapshot, []error) {
@@ -65,15 +71,33 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 	skip := func(kind, id string, err error) {
 		skipped = append(skipped, &SkippedError{Kind: kind, ID: id, Err: err})
 	}
+	if st == nil {
+		st = &State{}
+	}
 	b := newBuilder()
-	b.s.envoy = f.envoy // overrides may name its limits
+	// The files' and the control store's Envoy domains come first: overrides may name
+	// their limits.
+	b.s.envoy = f.envoy
+	if len(st.Domains) > 0 {
+		api := make([]*envoyconf.Config, 0, len(st.Domains))
+		for _, d := range st.Domains {
+			if f.envoy != nil && f.envoy.HasDomain(d.Name) {
+				skip("domain", strconv.Quote(d.Name), errors.New("a policy file defines this domain, which applies"))
+				continue
+			}
+			if cfg, err := o.domains.load(d); err != nil {
+				skip("domain", strconv.Quote(d.Name), err)
+			} else {
+				api = append(api, cfg)
+			}
+		}
+		b.s.envoy = f.envoy.WithDomains(api...)
+	}
+	o.domains.keep(st.Domains)
 	for _, cfg := range f.native {
 		for i := range cfg.Rules {
 			b.rule(&cfg.Rules[i]) // validated by ParseFiles
 		}
-	}
-	if st == nil {
-		st = &State{}
 	}
 	for _, r := range st.Rules {
 		if b.names[r.Name] {
@@ -124,9 +148,79 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 	b.adapt()
 	b.finish()
 	s := b.s
-	s.envoy, s.filesVersion, s.controlVersion = f.envoy, f.Version, st.Version
+	s.filesVersion, s.controlVersion = f.Version, st.Version
 	s.Version = Version(f.Version, st.Version)
 	return s, skipped
+}
+
+// loadDomain loads an Envoy domain of the control store, which must name itself.
+func loadDomain(d APIDomain) (*envoyconf.Config, error) {
+	cfg, err := envoyconf.Load(map[string][]byte{"domain " + d.Name: d.Body}, false)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.HasDomain(d.Name) {
+		return nil, fmt.Errorf("its configuration is for domain %q", cfg.Domains()[0])
+	}
+	return cfg, nil
+}
+
+// DomainCache keeps the Envoy domains CompileWith loaded from the control store, by name and
+// body, so that a compile after a change parses only the domains that changed: a fleet with a
+// hundred domains would otherwise parse them all again for every ban (BenchmarkCompileWithDomains).
+// The zero value is ready; it is safe for concurrent use, and holds only the domains of the
+// last State compiled with it.
+type DomainCache struct {
+	mu sync.Mutex
+	m  map[string]cachedDomain
+}
+
+type cachedDomain struct {
+	body string
+	cfg  *envoyconf.Config
+	err  error
+}
+
+// WithDomainCache makes CompileWith load the control store's Envoy domains through c.
+func WithDomainCache(c *DomainCache) CompileOption {
+	return func(o *compileOptions) { o.domains = c }
+}
+
+// load returns d loaded, from the cache when its body is the one loaded before; a nil cache
+// loads it.
+func (c *DomainCache) load(d APIDomain) (*envoyconf.Config, error) {
+	if c == nil {
+		return loadDomain(d)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[d.Name]; ok && e.body == string(d.Body) {
+		return e.cfg, e.err
+	}
+	cfg, err := loadDomain(d)
+	if c.m == nil {
+		c.m = map[string]cachedDomain{}
+	}
+	c.m[d.Name] = cachedDomain{body: string(d.Body), cfg: cfg, err: err}
+	return cfg, err
+}
+
+// keep forgets the domains that are not in domains.
+func (c *DomainCache) keep(domains []APIDomain) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make(map[string]bool, len(domains))
+	for _, d := range domains {
+		names[d.Name] = true
+	}
+	for n := range c.m {
+		if !names[n] {
+			delete(c.m, n)
+		}
+	}
 }
 
 // FilesVersion returns the version of the policy files the snapshot was compiled from.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 const controlFiles = `
@@ -452,5 +454,101 @@ func TestAssignAllocatesNothing(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("Assign allocates %v times", n)
+	}
+}
+
+// TestCompileWithDomains: Envoy domains of the control store join the files' ones; a domain
+// a file defines keeps the file's configuration, and a domain that does not load, or whose
+// configuration names another domain, is left out with the reason.
+func TestCompileWithDomains(t *testing.T) {
+	t.Parallel()
+	f, err := ParseFiles(map[string][]byte{
+		"policy.yaml": []byte(controlFiles),
+		"edge.yaml":   []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := func(rpu int) []byte {
+		return fmt.Appendf(nil, `{"domain":"%%s","descriptors":[{"key":"k","rate_limit":{"unit":"minute","requests_per_unit":%d}}]}`, rpu)
+	}
+	body := func(name string, rpu int) []byte { return fmt.Appendf(nil, string(limit(rpu)), name) }
+	st := &State{Version: 3, Domains: []APIDomain{
+		{Name: "api", Body: body("api", 7)},
+		{Name: "edge", Body: body("edge", 99)},
+		{Name: "other", Body: body("elsewhere", 5)},
+		{Name: "typo", Body: []byte(`{"domain":"typo","descriptor":[]}`)},
+	}}
+	s, skipped := CompileWith(f, st, now)
+	var got []string
+	for _, err := range skipped {
+		var se *SkippedError
+		if !errors.As(err, &se) {
+			t.Fatalf("%v is not a *SkippedError", err)
+		}
+		got = append(got, se.Kind+" "+se.ID)
+	}
+	if want := `domain "edge",domain "other",domain "typo"`; strings.Join(got, ",") != want {
+		t.Errorf("left out %q, want %q\n%v", strings.Join(got, ","), want, skipped)
+	}
+	for _, want := range []string{"a policy file defines this domain", `for domain "elsewhere"`, "descriptor: unknown field"} {
+		if !strings.Contains(fmt.Sprint(skipped), want) {
+			t.Errorf("the reasons %v do not say %q", skipped, want)
+		}
+	}
+	env := s.Envoy()
+	if got := strings.Join(env.Domains(), ","); got != "api,edge" {
+		t.Errorf("domains %s, want api,edge", got)
+	}
+	if m := env.Match("api", []envoyconf.Entry{{Key: "k", Value: "v"}}); m.Limit == nil || m.Limit.RequestsPerUnit != 7 {
+		t.Errorf("api matches %+v, want the API's 7 per minute", m.Limit)
+	}
+	if m := env.Match("edge", []envoyconf.Entry{{Key: "k", Value: "v"}}); m.Limit == nil || m.Limit.RequestsPerUnit != 1 {
+		t.Errorf("edge matches %+v, want the file's 1 per second", m.Limit)
+	}
+	if files := f.Snapshot().Envoy(); len(files.Domains()) != 1 {
+		t.Errorf("the files' configuration changed: %v", files.Domains())
+	}
+	if s2, _ := CompileWith(f, &State{Version: 4}, now); len(s2.Envoy().Domains()) != 1 {
+		t.Errorf("a deleted domain stays: %v", s2.Envoy().Domains())
+	}
+}
+
+// TestDomainCache: with a DomainCache, a compile reuses the domains whose body did not change
+// (the same compiled limits), loads the changed ones, and still leaves out a bad one.
+func TestDomainCache(t *testing.T) {
+	t.Parallel()
+	f := mustFiles(t, controlFiles)
+	body := func(name string, rpu int) []byte {
+		return fmt.Appendf(nil, `{"domain":%q,"descriptors":[{"key":"k","rate_limit":{"unit":"minute","requests_per_unit":%d}}]}`, name, rpu)
+	}
+	limit := func(s *Snapshot, domain string) *envoyconf.Limit {
+		return s.Envoy().Match(domain, []envoyconf.Entry{{Key: "k", Value: "v"}}).Limit
+	}
+	var c DomainCache
+	st := &State{Version: 1, Domains: []APIDomain{{Name: "a", Body: body("a", 1)}, {Name: "b", Body: body("b", 2)}, {Name: "bad", Body: []byte(`{"domain":"bad","x":1}`)}}}
+	s1, skipped := CompileWith(f, st, now, WithDomainCache(&c))
+	if len(skipped) != 1 {
+		t.Fatalf("skipped %v, want the bad domain", skipped)
+	}
+	st2 := &State{Version: 2, Domains: []APIDomain{{Name: "a", Body: body("a", 1)}, {Name: "b", Body: body("b", 3)}, {Name: "bad", Body: []byte(`{"domain":"bad","x":1}`)}}}
+	s2, skipped := CompileWith(f, st2, now, WithDomainCache(&c))
+	if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "x: unknown field") {
+		t.Errorf("skipped %v, want the bad domain again, with its reason", skipped)
+	}
+	if limit(s2, "a") != limit(s1, "a") {
+		t.Error("the unchanged domain a was loaded again")
+	}
+	if l := limit(s2, "b"); l == limit(s1, "b") || l.RequestsPerUnit != 3 {
+		t.Errorf("the changed domain b: %+v, want it loaded again with 3", l)
+	}
+	// A deleted domain is forgotten, and one put back under its name is loaded anew.
+	CompileWith(f, &State{Version: 3, Domains: st2.Domains[:1]}, now, WithDomainCache(&c))
+	if len(c.m) != 1 {
+		t.Errorf("the cache holds %d domains after b and bad were deleted, want 1", len(c.m))
+	}
+	s4, _ := CompileWith(f, &State{Version: 4, Domains: st2.Domains[:2]}, now, WithDomainCache(&c))
+	if l := limit(s4, "b"); l == nil || l == limit(s2, "b") || l.RequestsPerUnit != 3 {
+		t.Errorf("b put back: %+v", l)
 	}
 }

@@ -83,7 +83,23 @@ type Files struct {
 
 	native []*Config
 	envoy  *envoyconf.Config
-	snap   *Snapshot // the files alone
+	// envoyFiles are the Envoy-format files' contents by name, for EnvoyDomains.
+	envoyFiles map[string][]byte
+	snap       *Snapshot // the files alone
+}
+
+// EnvoyDomains returns the Envoy-format domains of the files, each to the contents of the file
+// that defines it, for read-only views (the admin API shows them with source "file" and
+// refuses to change them). Do not modify the contents.
+func (f *Files) EnvoyDomains() map[string][]byte {
+	out := map[string][]byte{}
+	if f == nil || f.envoy == nil {
+		return out
+	}
+	for _, d := range f.envoy.Domains() {
+		out[d] = f.envoyFiles[f.envoy.File(d)]
+	}
+	return out
 }
 
 // Snapshot returns the policy of the files alone, whose version is Files.Version.
@@ -143,7 +159,7 @@ func ParseFiles(files map[string][]byte) (*Files, error) {
 	}
 	version := hex.EncodeToString(h.Sum(nil)[:6])
 	snap.Version, snap.filesVersion, snap.envoy = version, version, cfg
-	return &Files{Version: version, native: native, envoy: cfg, snap: snap}, nil
+	return &Files{Version: version, native: native, envoy: cfg, envoyFiles: envoy, snap: snap}, nil
 }
 
 // unjoin returns the errors that errors.Join joined into err, or err alone.

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// State is the run-time part of a policy: the rules, overrides, exemptions and identity
-// assignments that operators change through the admin API. CompileWith compiles it together
+// State is the run-time part of a policy: the rules, overrides, exemptions, identity
+// assignments and Envoy domains that operators change through the admin API. CompileWith compiles it together
 // with the policy files. The control plane's policy follower turns its store's records into a
 // State, so that the engine never compiles the control store's model.
 type State struct {
@@ -16,6 +16,14 @@ type State struct {
 	Overrides  []StateOverride
 	Exemptions []StateExemption
 	Identities []Identity
+	Domains    []APIDomain
+}
+
+// APIDomain is an Envoy-format domain created at run time: its name and its configuration in
+// the reference service's format, as JSON (which envoyconf reads as it reads a file).
+type APIDomain struct {
+	Name string
+	Body []byte
 }
 
 // APIRule is a rule created at run time: its name and its body as JSON, the form ParseRule

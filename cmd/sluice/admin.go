@@ -105,6 +105,7 @@ func newAdminCommand(now func() time.Time) *cobra.Command {
 		overridesCommand(o),
 		exemptionsCommand(o),
 		identitiesCommand(o),
+		domainsCommand(o),
 		tokensCommand(o),
 		auditCommand(o),
 		usageCommand(o),

@@ -82,7 +82,7 @@ func auditCommand(o *adminOptions) *cobra.Command {
 	f.String("until", "", "events before this: "+timeHelp)
 	f.String("actor", "", "only this actor: a token name, abuse-detector, system, file:PATH")
 	f.String("action", "", "only create, update, delete, expire, burst_detected_warning or burst_detected_blocked")
-	f.String("kind", "", "only rule, override, exemption, identity, token, policy_files or penalty")
+	f.String("kind", "", "only rule, override, exemption, identity, token, policy_files, penalty or domain")
 	f.String("target", "", "only this target: a rule or token name, an override or exemption id, KIND/VALUE")
 	f.Int("limit", 0, "at most this many events (server default 100, at most 1000)")
 	f.Int64("before-id", 0, "page back: only events older than this id")

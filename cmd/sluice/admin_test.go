@@ -220,6 +220,11 @@ func TestAdminCommands(t *testing.T) {
 	if err := os.WriteFile(ruleFile, []byte("name: r1\nmatch: {endpoint: \"/api/*\", method: POST}\nkey: [tenant]\nalgorithm: token_bucket\nlimit: 10\nperiod: 1m\nburst: 15\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	domainFile := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(domainFile, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	domainHeader := []string{"DOMAIN", "SOURCE", "UPDATED_BY", "UPDATED_AT"}
 	ruleHeader := []string{"NAME", "SOURCE", "ALGORITHM", "LIMIT", "PERIOD", "BURST", "KEY", "MATCH", "SHADOW", "UPDATED_AT"}
 	overrideHeader := []string{"ID", "SOURCE", "TYPE", "TENANT", "USER", "API_KEY", "ENDPOINT", "RULE", "VALUE", "LIMIT", "BURST", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	exemptionHeader := []string{"ID", "SOURCE", "API_KEY", "USER", "TENANT", "IP", "EXPIRES_AT", "CREATED_BY", "REASON"}
@@ -302,6 +307,25 @@ func TestAdminCommands(t *testing.T) {
 		{name: "identities get", role: control.RoleRead, args: []string{"identities", "get", "user", "team/alice"}, kv: map[string]string{"value": "team/alice", "tier": "gold"}},
 		{name: "identities get json", role: control.RoleRead, args: []string{"identities", "get", "api_key", "k1", "-o", "json"}, json: map[string]string{"tier": `"premium"`}},
 		{name: "identities delete", args: []string{"identities", "delete", "user", "team/alice"}, contains: []string{`deleted identity user "team/alice" (policy version `}},
+
+		// domains
+		{name: "domains put from a YAML file", args: []string{"domains", "put", "edge", "-f", domainFile},
+			kv: map[string]string{"domain": "edge", "source": "api", "updated_by": "writer", "policy_version": "*", "etag": "*"}},
+		{name: "domains put JSON on stdin, json", args: []string{"domains", "set", "api", "-f", "-", "-o", "json"},
+			stdin: `{"descriptors": [{"key": "tenant", "rate_limit": {"unit": "minute", "requests_per_unit": 7}}]}`,
+			json:  map[string]string{"domain": `"api"`, "source": `"api"`, "descriptors": `[{"key":"tenant","rate_limit":{"unit":"minute","requests_per_unit":7}}]`, "policy_version": "*"}},
+		{name: "domains put a YAML flow mapping", args: []string{"domains", "put", "flow", "-f", "-"},
+			stdin: "{domain: flow, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]}\n",
+			kv:    map[string]string{"domain": "flow", "source": "api"}},
+		{name: "domains list", role: control.RoleRead, args: []string{"domains", "list"}, header: domainHeader,
+			row: map[string]string{"DOMAIN": "edge", "SOURCE": "api", "UPDATED_BY": "writer", "UPDATED_AT": "2026-11-23T12:00:00Z"}},
+		{name: "domains list shows the files'", role: control.RoleRead, args: []string{"domains", "ls"}, header: domainHeader,
+			row: map[string]string{"DOMAIN": "file-edge", "SOURCE": "file", "UPDATED_BY": "-"}},
+		{name: "domains list json", role: control.RoleRead, args: []string{"domains", "list", "-o", "json"}, json: map[string]string{"domains": "[]"}},
+		{name: "domains get", role: control.RoleRead, args: []string{"domains", "get", "edge"}, kv: map[string]string{"domain": "edge", "source": "api", "etag": "*"}},
+		{name: "domains get json", role: control.RoleRead, args: []string{"domains", "get", "edge", "-o", "json"},
+			json: map[string]string{"domain": `"edge"`, "descriptors": `[{"key":"remote_address","rate_limit":{"unit":"second","requests_per_unit":10}}]`}},
+		{name: "domains delete", args: []string{"domains", "delete", "api"}, contains: []string{`deleted domain "api" (policy version `}},
 
 		// tokens
 		{name: "tokens list", role: control.RoleAdmin, args: []string{"tokens", "list"}, header: tokenHeader,
@@ -556,6 +580,10 @@ func TestAdminExitCodes(t *testing.T) {
 	if err := os.WriteFile(badFile, []byte(badSecret), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badDomain := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(badDomain, []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv(envToken, "")
 	t.Setenv(envAdminToken, "")
 	t.Setenv(envDataDir, t.TempDir()) // no admin.token there
@@ -573,6 +601,10 @@ func TestAdminExitCodes(t *testing.T) {
 		{"file rule is read-only", []string{"--token-file", e.tokens[control.RoleWrite], "rules", "delete", "file-rule"}, exitConflict, "sluice: rule: defined in a policy file"},
 		{"stale If-Match", []string{"--token-file", e.tokens[control.RoleWrite], "rules", "patch", "r1", "--limit", "6", "--if-match", "999999"}, exitConflict, "sluice: If-Match does not match the resource's current ETag; read it again (HTTP 412)"},
 		{"last admin token", []string{"--token-file", e.tokens[control.RoleAdmin], "tokens", "delete", "root"}, exitConflict, "sluice: this is the last admin token"},
+		{"unknown domain", []string{"--token-file", e.tokens[control.RoleRead], "domains", "get", "nope"}, exitNotFound, "sluice: no domain with that name (HTTP 404)"},
+		{"file domain is read-only", []string{"--token-file", e.tokens[control.RoleWrite], "domains", "put", "file-edge", "-f", badDomain}, exitConflict, "sluice: domain: defined in a policy file"},
+		{"bad domain, its field and line named", []string{"--token-file", e.tokens[control.RoleWrite], "domains", "put", "edge", "-f", badDomain}, exitGeneral,
+			`sluice: descriptors[0].rate_limit.unit: invalid unit "fortnight" (want second, minute, hour, day, week, month or year) (line 4)`},
 		{"no token", []string{"rules", "list"}, exitAuth, "sluice: no token: give --token-file"},
 		{"empty token file", []string{"--token-file", os.DevNull, "rules", "list"}, exitAuth, "sluice: --token-file " + os.DevNull + ": empty token"},
 		{"missing token file", []string{"--token-file", filepath.Join(t.TempDir(), "none"), "rules", "list"}, exitAuth, "sluice: --token-file: open "},

@@ -3,6 +3,7 @@ package abuse_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -203,6 +204,98 @@ func TestDetectorPenalizesNoisyTenants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPenaltiesAreCapped (issue 27): a probe that makes up 200 tenant names, each throttled
+// above the threshold, gets --abuse-max-penalties overrides per run, the worst offenders
+// first; the rest are flagged, counted as skipped, and judged again at the next run.
+func TestPenaltiesAreCapped(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			clock := controltest.NewClock(t0)
+			cfg := abuse.DefaultConfig()
+			if cfg.MaxPenalties != 50 {
+				t.Fatalf("the default cap is %d, want 50", cfg.MaxPenalties)
+			}
+			n := newNode(t, b.db(t, clock), clock, "node-a", cfg)
+			ctx := t.Context()
+			m := t0.Truncate(time.Minute).Add(-time.Minute)
+			const probes = 200
+			usage := make([]control.UsageCount, probes)
+			for i := range usage {
+				// Shares from 100/120 (0.83) up, all above the threshold, growing with i: the
+				// worst offenders are the last names.
+				usage[i] = control.UsageCount{Minute: m, Rule: "r", Tenant: fmt.Sprintf("probe-%03d", i), Allowed: 20, Denied: int64(100 + i)}
+			}
+			feed(t, n.store, usage)
+
+			if s := n.det.Step(ctx); s != abuse.StatusOK {
+				t.Fatalf("Step = %q, want ok", s)
+			}
+			got := automatic(t, n.store)
+			if len(got) != cfg.MaxPenalties {
+				t.Fatalf("%d automatic overrides after one run, want the cap, %d", len(got), cfg.MaxPenalties)
+			}
+			for i := probes - cfg.MaxPenalties; i < probes; i++ {
+				if _, ok := got[fmt.Sprintf("probe-%03d|", i)]; !ok {
+					t.Errorf("probe-%03d, among the worst %d, is not penalized", i, cfg.MaxPenalties)
+				}
+			}
+			checkCounts(t, n.m, map[string]float64{"high": probes, "applied": 50})
+			if s := n.m.Skipped(); s != probes-50 {
+				t.Errorf("sluice_abuse_penalties_skipped_total = %v, want %d", s, probes-50)
+			}
+
+			// The next run penalizes the next worst 50; the first 50 are covered.
+			clock.Advance(time.Minute)
+			if s := n.det.Step(ctx); s != abuse.StatusOK {
+				t.Fatalf("second Step = %q", s)
+			}
+			got = automatic(t, n.store)
+			if len(got) != 2*cfg.MaxPenalties {
+				t.Fatalf("%d automatic overrides after two runs, want %d", len(got), 2*cfg.MaxPenalties)
+			}
+			for i := probes - 2*cfg.MaxPenalties; i < probes; i++ {
+				if _, ok := got[fmt.Sprintf("probe-%03d|", i)]; !ok {
+					t.Errorf("probe-%03d is not penalized after two runs", i)
+				}
+			}
+			if s := n.m.Skipped(); s != probes-50+probes-100 {
+				t.Errorf("sluice_abuse_penalties_skipped_total = %v after two runs, want %d", s, probes-50+probes-100)
+			}
+		})
+	}
+}
+
+func TestDetectSkipsBeyondTheCap(t *testing.T) {
+	t.Parallel()
+	clock := controltest.NewClock(t0)
+	cfg := abuse.DefaultConfig()
+	cfg.MaxPenalties = 1
+	n := newNode(t, backends[0].db(t, clock), clock, "node-a", cfg)
+	m := t0.Truncate(time.Minute)
+	feed(t, n.store, []control.UsageCount{
+		{Minute: m, Rule: "r", Tenant: "a", Allowed: 10, Denied: 90},  // 90%
+		{Minute: m, Rule: "r", Tenant: "b", Allowed: 5, Denied: 95},   // 95%: the worst
+		{Minute: m, Rule: "r", Tenant: "c", Allowed: 10, Denied: 180}, // 94.7%
+	})
+	flags, err := n.det.Detect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		tenant           string
+		penalized, skips bool
+	}
+	var rows []row
+	for _, f := range flags {
+		rows = append(rows, row{f.Target.Tenant, f.Override != nil, f.Skipped})
+	}
+	want := []row{{"a", false, true}, {"b", true, false}, {"c", false, true}}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("flags (tenant, penalized, skipped) = %v, want %v", rows, want)
 	}
 }
 
@@ -476,6 +569,9 @@ func TestConfigValidate(t *testing.T) {
 		{"multiplier NaN", func(c *abuse.Config) { c.Multiplier = nan }, "multiplier"},
 		{"penalty negative", func(c *abuse.Config) { c.Penalty = -time.Minute }, "penalty"},
 		{"penalty above 30 days", func(c *abuse.Config) { c.Penalty = 31 * 24 * time.Hour }, "penalty"},
+		{"max penalties 0", func(c *abuse.Config) { c.MaxPenalties = 0 }, "max-penalties"},
+		{"max penalties negative", func(c *abuse.Config) { c.MaxPenalties = -1 }, "max-penalties"},
+		{"max penalties above the bound", func(c *abuse.Config) { c.MaxPenalties = abuse.MaxMaxPenalties + 1 }, "max-penalties"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := abuse.DefaultConfig()

@@ -49,6 +49,9 @@ const (
 	DefaultMinRequests = 100
 	DefaultMultiplier  = 0.1
 	DefaultPenalty     = 5 * time.Minute
+	// DefaultMaxPenalties caps the overrides one run creates (issue 27: a probe of made-up
+	// tenant names drove one run to write 200).
+	DefaultMaxPenalties = 50
 )
 
 // MediumShare is where severity "medium" starts.
@@ -67,6 +70,9 @@ const (
 	// a pause, not a decision a person should take.
 	MinPenalty = time.Second
 	MaxPenalty = 30 * 24 * time.Hour
+	// MaxMaxPenalties bounds MaxPenalties: more automatic overrides per run than this is not
+	// a cap any more.
+	MaxMaxPenalties = 10000
 )
 
 // Config is what the detector does; the flags --abuse-* set it.
@@ -85,6 +91,11 @@ type Config struct {
 	Multiplier float64
 	// Penalty is how long the override lasts.
 	Penalty time.Duration
+	// MaxPenalties caps the overrides one run creates, so that the detector never becomes a
+	// way to fill the control store: the worst offenders (largest share, then most throttled
+	// requests) are penalized first, and the rest are counted in
+	// sluice_abuse_penalties_skipped_total and judged again at the next run.
+	MaxPenalties int
 }
 
 // DefaultConfig returns the documented defaults (docs/architecture.md, Abuse detector).
@@ -92,11 +103,13 @@ func DefaultConfig() Config {
 	return Config{
 		Interval: DefaultInterval, Window: DefaultWindow, Threshold: DefaultThreshold,
 		MinRequests: DefaultMinRequests, Multiplier: DefaultMultiplier, Penalty: DefaultPenalty,
+		MaxPenalties: DefaultMaxPenalties,
 	}
 }
 
 // Validate reports the first bad value as a *policy.FieldError whose Field is the flag's name
-// without "--abuse-" (interval, window, threshold, min-requests, multiplier, penalty).
+// without "--abuse-" (interval, window, threshold, min-requests, multiplier, penalty,
+// max-penalties).
 func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &policy.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
@@ -123,7 +136,13 @@ func (c Config) Validate() error {
 	if !(c.Multiplier > 0 && c.Multiplier < 1) {
 		return bad("multiplier", "%v: want a factor above 0 and below 1, e.g. 0.1", c.Multiplier)
 	}
-	return between("penalty", c.Penalty, MinPenalty, MaxPenalty)
+	if err := between("penalty", c.Penalty, MinPenalty, MaxPenalty); err != nil {
+		return err
+	}
+	if c.MaxPenalties < 1 || c.MaxPenalties > MaxMaxPenalties {
+		return bad("max-penalties", "%d: want 1 to %d", c.MaxPenalties, MaxMaxPenalties)
+	}
+	return nil
 }
 
 // fmtDuration writes d as people write periods ("5m", not "5m0s").

@@ -77,9 +77,18 @@ type Flag struct {
 	Throttled, Requests int64
 	// Severity is SeverityHigh or SeverityMedium.
 	Severity string
-	// Override is the penalty created; nil for severity medium or a target that is not
-	// Penalizable.
+	// Override is the penalty created; nil for severity medium, a target that is not
+	// Penalizable, or one Skipped.
 	Override *control.Override
+	// Skipped is set for a penalty that the run's cap (Config.MaxPenalties) left out.
+	Skipped bool
+}
+
+// worstFirst orders flags by how badly they abuse: the larger share first, then more
+// throttled requests, then by target, so that the cap on penalties spares the mildest and
+// a run's choice is deterministic.
+func worstFirst(a, b Flag) int {
+	return cmp.Or(cmp.Compare(b.Share(), a.Share()), cmp.Compare(b.Throttled, a.Throttled), a.Target.compare(b.Target))
 }
 
 // Share is Throttled / Requests.
@@ -184,13 +193,25 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The worst offenders first, so that the cap on penalties per run spares them last.
+	slices.SortFunc(candidates, worstFirst)
 	var flags []Flag
 	var errs []error
+	penalties, skipped := 0, 0
 	for _, f := range candidates {
 		if covered[f.Target] {
 			continue
 		}
 		if f.Severity == SeverityHigh && f.Target.Penalizable() {
+			if penalties >= c.MaxPenalties {
+				// Flagged but not penalized; logged once below rather than per target, as a
+				// probe of made-up names would otherwise flood the log instead of the store.
+				f.Skipped = true
+				skipped++
+				d.o.Metrics.Flag(f.Severity)
+				flags = append(flags, f)
+				continue
+			}
 			o, err := d.penalize(ctx, f)
 			switch {
 			case errors.Is(err, control.ErrConflict):
@@ -199,12 +220,19 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 				errs = append(errs, fmt.Errorf("abuse: penalize %s: %w", f.Target, err))
 				continue
 			}
+			penalties++
 			f.Override = &o
 		}
 		d.o.Metrics.Flag(f.Severity)
 		d.logFlag(f)
 		flags = append(flags, f)
 	}
+	if skipped > 0 {
+		d.o.Metrics.PenaltiesSkipped(skipped)
+		d.log.Warn("abuse detector: penalty cap reached; the other targets are judged again next run",
+			"max_penalties", c.MaxPenalties, "skipped", skipped)
+	}
+	slices.SortFunc(flags, func(a, b Flag) int { return a.Target.compare(b.Target) })
 	return flags, errors.Join(errs...)
 }
 

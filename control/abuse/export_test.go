@@ -23,6 +23,9 @@ func (m *Metrics) Applied(typ, source string) float64 {
 	return value(m.overrides.WithLabelValues(typ, source))
 }
 
+// Skipped reads sluice_abuse_penalties_skipped_total, for tests.
+func (m *Metrics) Skipped() float64 { return value(m.skipped) }
+
 // Judge exposes Config.judge: the shares, without a store.
 func (c Config) Judge(usage []control.UsageCount, violations []control.ViolationCount) []Flag {
 	return c.judge(usage, violations)

@@ -32,10 +32,11 @@ type Metrics struct {
 	flags     *prometheus.CounterVec
 	runs      *prometheus.CounterVec
 	overrides *prometheus.CounterVec
+	skipped   prometheus.Counter
 }
 
-// NewMetrics registers sluice_abuse_flags_total, sluice_abuse_runs_total and
-// sluice_overrides_applied_total with reg.
+// NewMetrics registers sluice_abuse_flags_total, sluice_abuse_runs_total,
+// sluice_abuse_penalties_skipped_total and sluice_overrides_applied_total with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		flags: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -50,8 +51,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_overrides_applied_total",
 			Help: "Overrides created on this node, by type (ban, multiplier, custom) and source (api, automatic: the abuse detector).",
 		}, []string{"type", "source"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_abuse_penalties_skipped_total",
+			Help: "Targets the abuse detector would have penalized but left out because a run had created --abuse-max-penalties overrides already (the worst offenders go first); they are judged again at the next run.",
+		}),
 	}
-	reg.MustRegister(m.flags, m.runs, m.overrides)
+	reg.MustRegister(m.flags, m.runs, m.overrides, m.skipped)
 	// Every series from the start at 0, so that rate() and alerts see the first increase.
 	for _, s := range []string{SeverityHigh, SeverityMedium} {
 		m.flags.WithLabelValues(s)
@@ -67,6 +72,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Flag(severity string) {
 	if m != nil {
 		m.flags.WithLabelValues(severity).Inc()
+	}
+}
+
+// PenaltiesSkipped counts n penalties a run's cap left out.
+func (m *Metrics) PenaltiesSkipped(n int) {
+	if m != nil {
+		m.skipped.Add(float64(n))
 	}
 }
 

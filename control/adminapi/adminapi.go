@@ -61,6 +61,8 @@ type FilePolicy struct {
 	// Envoy is the files' Envoy-format configuration, whose limits an override's rule may
 	// name (by rate_limit name or stat key); nil for none.
 	Envoy *envoyconf.Config
+	// Domains are the Envoy-format domains, each to the contents of the file defining it.
+	Domains map[string][]byte
 }
 
 // FilesFromConfigs gathers the entries of parsed native policy files, in order.
@@ -197,6 +199,10 @@ func (s *Server) routes() {
 		{"GET /admin/v1/identities/{kind}/{value}", read, s.getIdentity},
 		{"PUT /admin/v1/identities/{kind}/{value}", write, s.putIdentity},
 		{"DELETE /admin/v1/identities/{kind}/{value}", write, s.deleteIdentity},
+		{"GET /admin/v1/domains", read, s.listDomains},
+		{"GET /admin/v1/domains/{domain}", read, s.getDomain},
+		{"PUT /admin/v1/domains/{domain}", write, s.putDomain},
+		{"DELETE /admin/v1/domains/{domain}", write, s.deleteDomain},
 		{"GET /admin/v1/usage", read, s.usage},
 		{"GET /admin/v1/usage/history", read, s.usageHistory},
 		{"GET /admin/v1/violations", read, s.violations},
@@ -451,6 +457,8 @@ func notFoundMessage(r *http.Request) string {
 		return "no exemption with that id"
 	case strings.HasPrefix(r.Pattern, r.Method+" /admin/v1/identities/"):
 		return "no assignment for that identity"
+	case strings.HasPrefix(r.Pattern, r.Method+" /admin/v1/domains/"):
+		return "no domain with that name"
 	case strings.HasPrefix(r.Pattern, r.Method+" /admin/v1/tokens/"):
 		return "no token with that name"
 	}

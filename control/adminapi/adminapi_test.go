@@ -18,6 +18,8 @@ import (
 	"github.com/sluicehq/sluice/control/adminapi"
 )
 
+const domainBody = `{"domain":"edge","descriptors":[{"key":"remote_address","rate_limit":{"unit":"second","requests_per_unit":10}}]}`
+
 const ruleBody = `{"name":"r1","key":["user"],"algorithm":"token_bucket","limit":10,"period":"1m","tiers":{"free":{"limit":2}},"match":{"endpoint":"/api/*","method":"POST"}}`
 
 // operation is a valid call of one operation of the document.
@@ -37,6 +39,7 @@ func seed(e *env) []operation {
 	ov := e.mustCreate("POST", "/admin/v1/overrides", `{"tenant":"acme","type":"ban","ttl":"1h","reason":"abuse"}`)
 	ex := e.mustCreate("POST", "/admin/v1/exemptions", `{"ip":"192.168.0.0/16","reason":"office"}`)
 	e.mustCreate("PUT", "/admin/v1/identities/api_key/k1", `{"tier":"premium","tenant":"acme"}`)
+	e.mustCreate("PUT", "/admin/v1/domains/edge", domainBody)
 	if err := e.store.Heartbeat(e.ctx, control.Node{ID: "node-a", Addr: "127.0.0.1:8080", PolicyVersion: 3}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -59,6 +62,9 @@ func seed(e *env) []operation {
 		{"GET", "/admin/v1/identities", "/admin/v1/identities", "", "", read, 200},
 		{"PUT", "/admin/v1/identities/{kind}/{value}", "/admin/v1/identities/user/alice", `{"tier":"free","trust":0.5}`, "", write, 200},
 		{"GET", "/admin/v1/identities/{kind}/{value}", "/admin/v1/identities/api_key/k1", "", "", read, 200},
+		{"GET", "/admin/v1/domains", "/admin/v1/domains", "", "", read, 200},
+		{"PUT", "/admin/v1/domains/{domain}", "/admin/v1/domains/api", "domain: api\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 7}}]\n", "application/yaml", write, 200},
+		{"GET", "/admin/v1/domains/{domain}", "/admin/v1/domains/edge", "", "", read, 200},
 		{"GET", "/admin/v1/usage", "/admin/v1/usage?user=alice", "", "", read, 200},
 		{"GET", "/admin/v1/usage/history", "/admin/v1/usage/history?step=1h", "", "", read, 200},
 		{"GET", "/admin/v1/violations", "/admin/v1/violations?limit=10", "", "", read, 200},
@@ -71,6 +77,7 @@ func seed(e *env) []operation {
 		{"POST", "/admin/v1/tokens", "/admin/v1/tokens", `{"name":"ci","role":"read"}`, "", admin, 201},
 		{"DELETE", "/admin/v1/tokens/{name}", "/admin/v1/tokens/ci", "", "", admin, 204},
 		{"DELETE", "/admin/v1/identities/{kind}/{value}", "/admin/v1/identities/api_key/k1", "", "", write, 204},
+		{"DELETE", "/admin/v1/domains/{domain}", "/admin/v1/domains/api", "", "", write, 204},
 		{"DELETE", "/admin/v1/exemptions/{id}", "/admin/v1/exemptions/" + exID, "", "", write, 204},
 		{"DELETE", "/admin/v1/overrides/{id}", "/admin/v1/overrides/" + ovID, "", "", write, 204},
 		{"DELETE", "/admin/v1/rules/{name}", "/admin/v1/rules/r2", "", "", write, 204},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // Policy-file overrides and exemptions have no stored id; the API numbers them -1, -2, ... in
@@ -155,9 +156,29 @@ func (s *Server) ruleExists(r *http.Request, name string) error {
 	}
 	_, err := s.store.GetRule(r.Context(), name)
 	if errors.Is(err, control.ErrNotFound) {
+		if ok, derr := s.domainLimitNamed(r, name); derr != nil || ok {
+			return derr
+		}
 		return &policy.FieldError{Field: "rule", Msg: "no rule with that name, nor an Envoy limit of that name or stat key"}
 	}
 	return err
+}
+
+// domainLimitNamed reports whether an Envoy domain of the control store has a limit name
+// names (its rate_limit name or stat key). Only an override naming no rule of the files or
+// the store asks, so the domains are loaded here rather than kept.
+func (s *Server) domainLimitNamed(r *http.Request, name string) (bool, error) {
+	domains, err := s.store.ListDomains(r.Context())
+	if err != nil {
+		return false, err
+	}
+	for _, d := range domains {
+		cfg, err := envoyconf.Load(map[string][]byte{d.Name: d.Body}, false)
+		if err == nil && cfg.NamesLimit(name) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (s *Server) listOverrides(w http.ResponseWriter, r *http.Request) error {

@@ -198,9 +198,9 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch f.Kind {
 	case "", control.KindRule, control.KindOverride, control.KindExemption, control.KindIdentity, control.KindToken,
-		control.KindPolicyFiles, control.KindPenalty:
+		control.KindPolicyFiles, control.KindPenalty, control.KindDomain:
 	default:
-		return &policy.FieldError{Field: "kind", Msg: fmt.Sprintf("%q is not rule, override, exemption, identity, token, policy_files or penalty", f.Kind)}
+		return &policy.FieldError{Field: "kind", Msg: fmt.Sprintf("%q is not rule, override, exemption, identity, token, policy_files, penalty or domain", f.Kind)}
 	}
 	if v := q.Get("before_id"); v != "" {
 		if f.BeforeID, err = strconv.ParseInt(v, 10, 64); err != nil || f.BeforeID < 1 {

@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"Escalation", testEscalation},
 		{"Exemptions", testExemptions},
 		{"Identities", testIdentities},
+		{"Domains", testDomains},
 		{"Tokens", testTokens},
 		{"LastAdmin", testLastAdmin},
 		{"AuditFilters", testAuditFilters},

@@ -125,6 +125,9 @@ type Runtime struct {
 	// violations holds the violation minutes of trusted identities (trust.go), compiled
 	// into adaptive limits.
 	violations map[trustID]int
+	// domains keeps the store's Envoy domains as last compiled, so that a change parses
+	// only the domains it changed.
+	domains policy.DomainCache
 
 	up      atomic.Bool
 	started atomic.Bool // the store answered or failed at least once
@@ -337,7 +340,7 @@ func notify(ch chan struct{}) {
 // compileLocked compiles the files with the state as of now and swaps the snapshot in.
 // r.mu is held.
 func (r *Runtime) compileLocked(why string) error {
-	snap, skipped := policy.CompileWith(r.files, r.state, r.now(), policy.WithViolationMinutes(r.violationMinutes))
+	snap, skipped := policy.CompileWith(r.files, r.state, r.now(), policy.WithViolationMinutes(r.violationMinutes), policy.WithDomainCache(&r.domains))
 	if r.state != nil && r.state.Version != r.logged {
 		r.logged = r.state.Version
 		for _, err := range skipped {

@@ -15,6 +15,10 @@ func policyState(st *control.State) *policy.State {
 		Overrides:  make([]policy.StateOverride, len(st.Overrides)),
 		Exemptions: make([]policy.StateExemption, len(st.Exemptions)),
 		Identities: make([]policy.Identity, len(st.Identities)),
+		Domains:    make([]policy.APIDomain, len(st.Domains)),
+	}
+	for i, d := range st.Domains {
+		ps.Domains[i] = policy.APIDomain{Name: d.Name, Body: d.Body}
 	}
 	for i, r := range st.Rules {
 		ps.Rules[i] = policy.APIRule{Name: r.Name, Body: r.Body}

@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,10 +76,10 @@ func TestFileLayout(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 4 {
-		t.Errorf("schema_migrations has %d rows, %v; want 4", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 5 {
+		t.Errorf("schema_migrations has %d rows, %v; want 5", n, err)
 	}
-	for _, table := range []string{"usage_minutes", "violation_minutes", "leases"} {
+	for _, table := range []string{"usage_minutes", "violation_minutes", "leases", "domains"} {
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
 			t.Errorf("table %s: %v", table, err)
 		}
@@ -217,4 +218,41 @@ func openAtSchema(t *testing.T, migrations ...string) (path string, db *sql.DB, 
 		exec("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)", m[3:4], m[5:])
 	}
 	return path, db, exec
+}
+
+// TestUpgradeToDomains opens a database written at schema 4: migration 5 adds the domains
+// table and rebuilds the audit table to allow kind "domain", keeping its rows, ids, indexes
+// and AUTOINCREMENT sequence.
+func TestUpgradeToDomains(t *testing.T) {
+	path, db, exec := openAtSchema(t, "0001_control", "0002_events", "0003_escalation", "0004_node_stats")
+	for i, target := range []string{"a", "b", "c"} {
+		exec(`INSERT INTO audit_events (at, actor, action, kind, target, reason, version) VALUES (1, 'alice', 'create', 'rule', ?1, '', ?2)`, target, i+1)
+	}
+	exec("DELETE FROM audit_events WHERE target = 'c'")
+	exec("UPDATE control_version SET version = 3")
+	db.Close()
+
+	s := open(t, path, control.Options{})
+	ctx := t.Context()
+	if _, _, err := s.PutDomain(ctx, control.Change{Actor: "alice"}, "edge", json.RawMessage(`{"domain":"edge"}`)); err != nil {
+		t.Fatalf("PutDomain after the upgrade: %v", err)
+	}
+	evs, err := s.Audit(ctx, control.AuditFilter{})
+	if err != nil || len(evs) != 3 || evs[0].ID != 4 || evs[0].Kind != control.KindDomain || evs[2].Target != "a" {
+		t.Fatalf("audit after the upgrade = %+v, %v; want the domain as event 4 over events 1 and 2", evs, err)
+	}
+	var indexes []string
+	rows, err := raw(t, path).Query("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' AND tbl_name = 'audit_events' ORDER BY name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		indexes = append(indexes, n)
+	}
+	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target"; strings.Join(indexes, " ") != want {
+		t.Errorf("indexes = %v, want %s", indexes, want)
+	}
 }

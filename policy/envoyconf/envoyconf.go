@@ -313,5 +313,13 @@ func needsEscape(c byte) bool {
 	return c == '%' || c == '/' || c == '=' || c < 0x20 || c == 0x7f
 }
 
+// File returns the name of the file that defined domain (the first, when merged), or "".
+func (c *Config) File(domain string) string {
+	if d := c.domains[domain]; d != nil {
+		return d.file
+	}
+	return ""
+}
+
 // HasDomain reports whether the configuration defines domain.
 func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }

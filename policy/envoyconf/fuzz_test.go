@@ -39,3 +39,32 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDomain: any document either is refused with a LoadError or becomes JSON that is
+// a file of the same meaning, which ParseDomain takes again unchanged.
+func FuzzParseDomain(f *testing.F) {
+	f.Add([]byte(matchConfig))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: 010\n    metadata: {a: [1, 2.5, ~, x]}\n    rate_limit: {unit: Second, requests_per_unit: 1_0}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, shadow_mode: yes, rate_limit: {unlimited: true}}\n"))
+	f.Add([]byte(`{"domain":"d","descriptors":[{"key":"k","value":"v*","share_threshold":true,"rate_limit":{"unit":"minute","requests_per_unit":3}}]}`))
+	f.Add([]byte(aliasBomb))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		name, doc, err := ParseDomain("body", data)
+		if err != nil {
+			var le *LoadError
+			if !errors.As(err, &le) {
+				t.Fatalf("error %q is not a LoadError", err)
+			}
+			return
+		}
+		a, _ := Load(map[string][]byte{"a": data}, false)
+		b, err := Load(map[string][]byte{"b": doc}, false)
+		if err != nil || !sameDomain(a.domains[name], b.domains[name]) {
+			t.Fatalf("the JSON %s of %q loads differently: %v", doc, data, err)
+		}
+		name2, doc2, err := ParseDomain("body", doc)
+		if err != nil || name2 != name || string(doc2) != string(doc) {
+			t.Fatalf("ParseDomain of its own JSON %s: %s, %s, %v", doc, name2, doc2, err)
+		}
+	})
+}

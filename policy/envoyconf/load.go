@@ -148,6 +148,12 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	slices.Sort(c.names)
+	c.indexNames()
+	return c, nil
+}
+
+// indexNames records every limit's rate_limit name, stat key and ID, for NamesLimit.
+func (c *Config) indexNames() {
 	c.named = make(map[string]struct{})
 	for _, d := range c.domains {
 		for _, l := range d.limits {
@@ -158,7 +164,6 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 			}
 		}
 	}
-	return c, nil
 }
 
 // merge adds the top-level nodes of another file; like the reference service it merges only

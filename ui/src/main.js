@@ -1,6 +1,6 @@
-// Sluice's dashboard. It holds no state of its own: every page reads (and the overrides and
-// exemptions pages change) the admin API, with the token the operator signed in with, kept
-// in session storage (gone when the tab closes).
+// Sluice's dashboard. It holds no state of its own: every page reads (and the overrides,
+// exemptions and domains pages change) the admin API, with the token the operator signed in
+// with, kept in session storage (gone when the tab closes).
 import { h, render } from "preact";
 import { useState, useEffect, useRef, useCallback } from "preact/hooks";
 import htm from "htm";
@@ -19,10 +19,15 @@ class APIError extends Error {
   }
 }
 
-async function api(method, path, body) {
+// api calls the admin API. body is sent as JSON, or as it is when contentType is given (a
+// domain's YAML).
+async function api(method, path, body, contentType) {
   const token = sessionStorage.getItem(TOKEN_KEY) || "";
   const init = { method, headers: { Authorization: "Bearer " + token } };
-  if (body !== undefined) {
+  if (body !== undefined && contentType) {
+    init.headers["Content-Type"] = contentType;
+    init.body = body;
+  } else if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
@@ -369,6 +374,68 @@ function Overrides() {
   </section>`;
 }
 
+// The members of a domain answer that are not its configuration.
+const DOMAIN_READ_ONLY = ["source", "created_at", "updated_at", "updated_by", "policy_version"];
+
+function Domains() {
+  const [{ data, error }, reload] = usePoll(() => api("GET", "domains"), 5000, []);
+  const [actError, setActError] = useState(null);
+  const [done, setDone] = useState("");
+  const [f, set, setF] = useForm({ domain: "", config: "" });
+  const act = (p, msg) => p.then(() => { setActError(null); setDone(msg); reload(); }, (err) => { setActError(err); setDone(""); });
+  // The configuration goes as the operator wrote it: JSON as JSON, anything else (a YAML flow
+  // mapping, which starts with { too, included) as the YAML of a file, which the server
+  // validates exactly as a file of --config.
+  const save = (ev) => {
+    ev.preventDefault();
+    let json = true;
+    try {
+      JSON.parse(f.config);
+    } catch (e) {
+      json = false;
+    }
+    act(api("PUT", "domains/" + encodeURIComponent(f.domain), f.config, json ? "application/json" : "application/yaml"), "Domain " + shown(f.domain) + " saved.");
+  };
+  const edit = (d) => {
+    const config = {};
+    for (const [k, v] of Object.entries(d)) if (!DOMAIN_READ_ONLY.includes(k)) config[k] = v;
+    setF({ domain: d.domain, config: JSON.stringify(config, null, 2) });
+    setDone("");
+    document.getElementById("dom-config").focus();
+  };
+  const domains = (data && data.domains) || [];
+  return html`<section aria-labelledby="h-domains">
+    <h2 id="h-domains">Envoy domains</h2>
+    <p class="muted">Domains in the format of Envoy's reference rate limit service. Those of the policy files are read-only here; the others are enforced by every node within a second of a change.</p>
+    <${ErrorBox} error=${error} />
+    <${ErrorBox} error=${actError} />
+    <p role="status" class="ok">${done}</p>
+    <table id="domains">
+      <caption>Domains, the files' then the API's</caption>
+      <thead><tr><th scope="col">Domain</th><th scope="col">Source</th><th scope="col" class="num">Descriptors</th><th scope="col">Updated by</th><th scope="col">Updated</th><th scope="col">Actions</th></tr></thead>
+      <tbody>
+        ${domains.length === 0 ? html`<tr><td colspan="6" class="muted">No domains.</td></tr>` : ""}
+        ${domains.map((d) => html`<tr data-domain=${d.domain} data-source=${d.source}>
+          <th scope="row">${shown(d.domain)}</th><td>${d.source}</td><td class="num">${fmt((d.descriptors || []).length, 0)}</td>
+          <td>${shown(d.updated_by) || "–"}</td><td>${when(d.updated_at)}</td>
+          <td>${d.source === "file" ? html`<span class="muted">in a policy file</span>` : html`
+            <button type="button" onClick=${() => edit(d)} aria-label=${"Edit domain " + shown(d.domain)}>Edit</button>
+            <button type="button" class="danger" onClick=${() => act(api("DELETE", "domains/" + encodeURIComponent(d.domain)), "Domain " + shown(d.domain) + " deleted.")} aria-label=${"Delete domain " + shown(d.domain)}>Delete</button>`}</td>
+        </tr>`)}
+      </tbody>
+    </table>
+    <h3 id="h-put-domain">Create or replace a domain</h3>
+    <form class="stack" aria-labelledby="h-put-domain" onSubmit=${save}>
+      <${Field} id="dom-name" label="Domain" value=${f.domain} onInput=${set("domain")} required />
+      <label for="dom-config">Configuration, YAML or JSON (domain, descriptors, on_store_error)
+        <textarea id="dom-config" name="dom-config" rows="14" spellcheck="false" required value=${f.config} onInput=${(e) => set("config")(e.currentTarget.value)}
+          placeholder=${"domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 100}"}></textarea>
+      </label>
+      <button type="submit" class="primary">Save domain</button>
+    </form>
+  </section>`;
+}
+
 function Audit() {
   const [f, set] = useForm({ kind: "", actor: "" });
   const [q, setQ] = useState({});
@@ -376,7 +443,7 @@ function Audit() {
   return html`<section aria-labelledby="h-audit">
     <h2 id="h-audit">Audit</h2>
     <form class="row" onSubmit=${(e) => { e.preventDefault(); setQ({ ...f }); }}>
-      <${Select} id="audit-kind" label="Kind" value=${f.kind} onInput=${set("kind")} options=${[["", "any"], ...["rule", "override", "exemption", "identity", "token", "policy_files", "penalty"].map((k) => [k, k])]} />
+      <${Select} id="audit-kind" label="Kind" value=${f.kind} onInput=${set("kind")} options=${[["", "any"], ...["rule", "override", "exemption", "identity", "domain", "token", "policy_files", "penalty"].map((k) => [k, k])]} />
       <${Field} id="audit-actor" label="Actor" value=${f.actor} onInput=${set("actor")} />
       <button type="submit">Filter</button>
     </form>
@@ -424,6 +491,7 @@ const PAGES = [
   ["history", "Usage history", History],
   ["violations", "Violations", Violations],
   ["overrides", "Overrides & exemptions", Overrides],
+  ["domains", "Envoy domains", Domains],
   ["audit", "Audit", Audit],
   ["nodes", "Nodes", Nodes],
 ];

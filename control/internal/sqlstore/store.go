@@ -54,6 +54,7 @@ var queryNames = []string{
 	"OverrideListActive", "OverrideListExpired", "OverrideGet", "OverrideGetByTarget", "OverrideInsert", "OverrideDelete",
 	"ExemptionListActive", "ExemptionListExpired", "ExemptionGet", "ExemptionGetByTarget", "ExemptionInsert", "ExemptionDelete",
 	"IdentityList", "IdentityGet", "IdentityInsert", "IdentityUpdate", "IdentityDelete",
+	"DomainList", "DomainGet", "DomainInsert", "DomainUpdate", "DomainDelete",
 	"TokenList", "TokenGet", "TokenGetByHash", "TokenInsert", "TokenDelete",
 	"AuditInsert", "AuditList", "AuditPrune",
 	"NodeUpsert", "NodeList", "NodePrune",
@@ -368,6 +369,9 @@ func (s *Store) Load(ctx context.Context) (*control.State, error) {
 	}
 	if st.Identities, err = list(ctx, tx, s.q["IdentityList"], scanIdentity, ""); err != nil {
 		return nil, fmt.Errorf("load: identities: %w", err)
+	}
+	if st.Domains, err = list(ctx, tx, s.q["DomainList"], scanDomain); err != nil {
+		return nil, fmt.Errorf("load: domains: %w", err)
 	}
 	return st, nil
 }

@@ -33,6 +33,13 @@ exemptions:
   - {ip: "10.0.0.0/8"}
 `
 
+// FileDomain is an Envoy-format domain of the policy files, read-only through the API.
+const FileDomain = `domain: file-edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 5}
+`
+
 // Secrets are the secrets of the tokens every Env starts with, one per role.
 var Secrets = map[control.Role]string{
 	control.RoleRead:  "sluice_read-secret-0123456789abcdef",
@@ -68,6 +75,7 @@ func New(t testing.TB, opts ...func(*adminapi.Options)) *Env {
 		t.Fatal(err)
 	}
 	files := adminapi.FilesFromConfigs(cfg)
+	files.Domains = map[string][]byte{"file-edge": []byte(FileDomain)}
 	lim := testutil.Limiter(t, EnginePolicy, clock)
 	o := adminapi.Options{
 		Control: store,

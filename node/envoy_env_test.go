@@ -39,7 +39,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{name: "redis acl user", vars: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "rl:secret"},
 			want: map[string]string{"store": "redis://rl:secret@r:6379"}},
 		{name: "redis sentinel", vars: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
-			want: map[string]string{"store": "redis-sentinel://s1:26379,s2:26379/mymaster"}},
+			want: map[string]string{"store": "redis-sentinel://s1:26379,s2:26379/mymaster?sentinel_auth="}},
 		{name: "redis cluster with tls", vars: map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "CLUSTER", "REDIS_URL": "c1:6379,c2:6379", "REDIS_TLS": "true"},
 			want: map[string]string{"store": "redis-cluster://c1:6379,c2:6379?tls=true"}},
 		{name: "redis unix socket", vars: map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, err: "REDIS_SOCKET_TYPE: unix sockets are not supported"},

@@ -45,8 +45,8 @@ import (
 	"github.com/sluicehq/sluice/store/breaker"
 	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
-	"github.com/sluicehq/sluice/store/split"
 	redisstore "github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/split"
 	"github.com/sluicehq/sluice/telemetry/metrics"
 	"github.com/sluicehq/sluice/transport/grpcapi"
 	"github.com/sluicehq/sluice/transport/httpapi"
@@ -209,19 +209,19 @@ type Node struct {
 	httpSrv        *http.Server
 	// adminLn and adminSrv serve the admin API and the dashboard with --admin-http; nil
 	// without it (they are on the HTTP listener then).
-	adminLn     net.Listener
-	adminSrv    *http.Server
-	grpcSrv     *grpc.Server
-	serverTLS   *tlsreload.Reloader
-	grpcTLS     *tlsreload.Reloader // serverTLS, or GRPC_SERVER_USE_TLS's for gRPC alone
+	adminLn   net.Listener
+	adminSrv  *http.Server
+	grpcSrv   *grpc.Server
+	serverTLS *tlsreload.Reloader
+	grpcTLS   *tlsreload.Reloader // serverTLS, or GRPC_SERVER_USE_TLS's for gRPC alone
 	// debugLn and promLn are the reference's debug (DEBUG_PORT) and Prometheus
 	// (USE_PROMETHEUS) listeners; nil unless their variables are set.
 	debugLn, promLn   net.Listener
 	debugSrv, promSrv *http.Server
-	healthSrv   *health.Server
-	healthcheck *rls.Healthcheck
-	closeOnce   sync.Once
-	closeErr    error
+	healthSrv         *health.Server
+	healthcheck       *rls.Healthcheck
+	closeOnce         sync.Once
+	closeErr          error
 }
 
 // onClose pushes f on the closer stack.

@@ -54,6 +54,9 @@ type envoySettings struct {
 	PerSecondStore string
 	// MergeDomains is MERGE_DOMAIN_CONFIG: one Envoy domain may span several files.
 	MergeDomains bool
+	// QuotaMode is QUOTA_MODE: every Envoy-format limit in quota_mode
+	// (sluice.WithEnvoyQuotaMode).
+	QuotaMode bool
 	// DebugAddr is DEBUG_HOST:DEBUG_PORT, a listener for Go's profiles (/debug/pprof/) as
 	// the reference's debug port serves; empty when neither is set.
 	DebugAddr string
@@ -123,7 +126,7 @@ var envoyMapped = []string{
 	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "DISABLE_STATS",
 	"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
-	"CACHE_KEY_PREFIX", "BACKEND_TYPE", "MERGE_DOMAIN_CONFIG", "SHADOW_MODE",
+	"CACHE_KEY_PREFIX", "BACKEND_TYPE", "MERGE_DOMAIN_CONFIG", "SHADOW_MODE", "QUOTA_MODE",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS", "REDIS_SENTINEL_AUTH",
 	"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -158,7 +161,6 @@ var envoyOther = []struct {
 	{"EXTRA_TAGS", refuseSet, "Sluice sends no fixed tags with its metrics; set them in your StatsD agent or Prometheus relabelling"},
 	{"PROMETHEUS_MAPPER_YAML", refuseSet, "Sluice serves its own metric names (docs/metrics); there is no statsd_exporter mapping to load: remove it"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", refuseTrue, "Sluice's latency histograms are in seconds (sluice_decision_duration_seconds), as Prometheus names them; scale in your queries"},
-	{"QUOTA_MODE", refuseTrue, "global quota mode is not supported; mark the limits quota_mode: true in the configuration files"},
 	{"RESPONSE_DYNAMIC_METADATA", refuseTrue, "the RLS answer's dynamic metadata is not sent yet; Sluice's decision is in the response headers (LIMIT_RESPONSE_HEADERS_ENABLED=true)"},
 	{"RUNTIME_IGNOREDOTFILES", refuseFalse, "Sluice never reads files whose names start with a dot; rename them, or unset it (true is what Sluice does)"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", refuseNever, "Sluice pipelines every call over a few connections and never waits for a free one: WAIT is what it does"},
@@ -401,6 +403,14 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (envoySettings, error) {
 			return s, err
 		}
 		add("shadow", "SLUICE_SHADOW", strconv.FormatBool(b), "SHADOW_MODE")
+	}
+
+	if set("QUOTA_MODE") {
+		b, err := boolean("QUOTA_MODE")
+		if err != nil {
+			return s, err
+		}
+		s.QuotaMode = b
 	}
 
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = get("LIMIT_LIMIT_HEADER"), get("LIMIT_REMAINING_HEADER"), get("LIMIT_RESET_HEADER")

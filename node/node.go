@@ -377,6 +377,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if c.shadow {
 		opts = append(opts, sluice.WithShadow())
 	}
+	if c.envoy.QuotaMode {
+		opts = append(opts, sluice.WithEnvoyQuotaMode())
+	}
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.

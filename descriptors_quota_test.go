@@ -139,9 +139,11 @@ descriptors:
 				var st sluice.Store = memory.New(memory.WithSweepInterval(0))
 				if store == "redis" {
 					srv := redistest.Start(t)
-					if st, err = redis.New(context.Background(), "redis://"+srv.Addr, redis.WithTimeout(2*time.Second)); err != nil {
+					rs, err := redis.New(context.Background(), "redis://"+srv.Addr, redis.WithTimeout(2*time.Second))
+					if err != nil {
 						t.Fatal(err)
 					}
+					st = rs
 				}
 				var opts []sluice.Option
 				if global {

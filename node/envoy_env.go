@@ -57,6 +57,8 @@ type envoySettings struct {
 	// QuotaMode is QUOTA_MODE: every Envoy-format limit in quota_mode
 	// (sluice.WithEnvoyQuotaMode).
 	QuotaMode bool
+	// DynamicMetadata is RESPONSE_DYNAMIC_METADATA: RLS answers carry dynamic_metadata.
+	DynamicMetadata bool
 	// DebugAddr is DEBUG_HOST:DEBUG_PORT, a listener for Go's profiles (/debug/pprof/) as
 	// the reference's debug port serves; empty when neither is set.
 	DebugAddr string
@@ -126,7 +128,7 @@ var envoyMapped = []string{
 	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "DISABLE_STATS",
 	"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
-	"CACHE_KEY_PREFIX", "BACKEND_TYPE", "MERGE_DOMAIN_CONFIG", "SHADOW_MODE", "QUOTA_MODE",
+	"CACHE_KEY_PREFIX", "BACKEND_TYPE", "MERGE_DOMAIN_CONFIG", "SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS", "REDIS_SENTINEL_AUTH",
 	"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -161,7 +163,6 @@ var envoyOther = []struct {
 	{"EXTRA_TAGS", refuseSet, "Sluice sends no fixed tags with its metrics; set them in your StatsD agent or Prometheus relabelling"},
 	{"PROMETHEUS_MAPPER_YAML", refuseSet, "Sluice serves its own metric names (docs/metrics); there is no statsd_exporter mapping to load: remove it"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", refuseTrue, "Sluice's latency histograms are in seconds (sluice_decision_duration_seconds), as Prometheus names them; scale in your queries"},
-	{"RESPONSE_DYNAMIC_METADATA", refuseTrue, "the RLS answer's dynamic metadata is not sent yet; Sluice's decision is in the response headers (LIMIT_RESPONSE_HEADERS_ENABLED=true)"},
 	{"RUNTIME_IGNOREDOTFILES", refuseFalse, "Sluice never reads files whose names start with a dot; rename them, or unset it (true is what Sluice does)"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", refuseNever, "Sluice pipelines every call over a few connections and never waits for a free one: WAIT is what it does"},
 	{"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", refuseNever, "as REDIS_POOL_ON_EMPTY_BEHAVIOR"},
@@ -405,12 +406,17 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (envoySettings, error) {
 		add("shadow", "SLUICE_SHADOW", strconv.FormatBool(b), "SHADOW_MODE")
 	}
 
-	if set("QUOTA_MODE") {
-		b, err := boolean("QUOTA_MODE")
-		if err != nil {
-			return s, err
+	for _, sw := range []struct {
+		name string
+		to   *bool
+	}{{"QUOTA_MODE", &s.QuotaMode}, {"RESPONSE_DYNAMIC_METADATA", &s.DynamicMetadata}} {
+		if set(sw.name) {
+			b, err := boolean(sw.name)
+			if err != nil {
+				return s, err
+			}
+			*sw.to = b
 		}
-		s.QuotaMode = b
 	}
 
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = get("LIMIT_LIMIT_HEADER"), get("LIMIT_REMAINING_HEADER"), get("LIMIT_RESET_HEADER")
@@ -702,14 +708,15 @@ func (c *Config) readEnvoy(flags *pflag.FlagSet) error {
 	return applyEnvoyEnv(flags, s, os.LookupEnv)
 }
 
-// rlsOptions are the RLS server's options: LIMIT_RESPONSE_HEADERS_ENABLED and the header
-// names of LIMIT_*_HEADER.
+// rlsOptions are the RLS server's options: LIMIT_RESPONSE_HEADERS_ENABLED, the header names
+// of LIMIT_*_HEADER and RESPONSE_DYNAMIC_METADATA.
 func rlsOptions(c Config) rls.Options {
 	return rls.Options{
 		ResponseHeaders: c.responseHeaders,
 		LimitHeader:     c.envoy.LimitHeader,
 		RemainingHeader: c.envoy.RemainingHeader,
 		ResetHeader:     c.envoy.ResetHeader,
+		DynamicMetadata: c.envoy.DynamicMetadata,
 	}
 }
 

@@ -110,7 +110,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{name: "grpc on a unix socket", vars: map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, err: "GRPC_UDS=/tmp/rl.sock: gRPC on a unix socket is not supported"},
 		{name: "quota mode", vars: map[string]string{"QUOTA_MODE": "true"}, want: map[string]string{}, s: envoySettings{QuotaMode: true}},
 		{name: "bad quota mode", vars: map[string]string{"QUOTA_MODE": "all"}, err: `QUOTA_MODE: "all"`},
-		{name: "dynamic metadata", vars: map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, err: "RESPONSE_DYNAMIC_METADATA=true"},
+		{name: "dynamic metadata", vars: map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, want: map[string]string{}, s: envoySettings{DynamicMetadata: true}},
 		{name: "dot files read", vars: map[string]string{"RUNTIME_IGNOREDOTFILES": "false"}, err: "RUNTIME_IGNOREDOTFILES=false"},
 		{name: "dot files ignored", vars: map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, want: map[string]string{}},
 		{name: "bad switch", vars: map[string]string{"RUNTIME_IGNOREDOTFILES": "sometimes"}, err: `RUNTIME_IGNOREDOTFILES: "sometimes" is not true or false`},

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/tlsreload"
@@ -816,4 +819,31 @@ func (n *Node) PrometheusAddr() string {
 		return ""
 	}
 	return n.promLn.Addr().String()
+}
+
+// followStoreHealth sets the gRPC health service to NOT_SERVING while check fails, and back
+// to SERVING when it passes, looking every interval until ctx ends
+// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, as /healthcheck does on each probe). A health server
+// that was shut down ignores it.
+func followStoreHealth(ctx context.Context, hs *health.Server, check func(context.Context) error, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		callCtx, cancel := context.WithTimeout(ctx, interval)
+		err := check(callCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		state := healthpb.HealthCheckResponse_SERVING
+		if err != nil {
+			state = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		hs.SetServingStatus("", state)
+	}
 }

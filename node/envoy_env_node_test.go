@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/testca"
@@ -317,9 +318,36 @@ func TestEnvoyExtraListeners(t *testing.T) {
 	if code, _ := get("http://" + n.HTTPAddr() + "/healthcheck"); code != http.StatusOK {
 		t.Errorf("/healthcheck with Redis up: %d", code)
 	}
+	health := healthpb.NewHealthClient(dial(t, n.GRPCAddr(), insecure.NewCredentials()))
+	grpcHealth := func() healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("grpc health: %v", err)
+		}
+		return resp.Status
+	}
 	srv.Pause()
 	defer srv.Resume()
 	if code, _ := get("http://" + n.HTTPAddr() + "/healthcheck"); code != http.StatusInternalServerError {
 		t.Errorf("/healthcheck with Redis paused: %d, want 500", code)
+	}
+	// The gRPC health service follows the store within a few of its 1 s looks.
+	waitFor(t, 30*time.Second, func() bool { return grpcHealth() == healthpb.HealthCheckResponse_NOT_SERVING })
+	srv.Resume()
+	waitFor(t, 30*time.Second, func() bool { return grpcHealth() == healthpb.HealthCheckResponse_SERVING })
+}
+
+// waitFor polls cond until it holds, or fails the test after limit (wide: a loaded machine).
+func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not reached within %v", limit)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -219,9 +219,12 @@ type Node struct {
 	debugLn, promLn   net.Listener
 	debugSrv, promSrv *http.Server
 	healthSrv         *health.Server
-	healthcheck       *rls.Healthcheck
-	closeOnce         sync.Once
-	closeErr          error
+	// storeHealth, with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, is the store's check that the
+	// gRPC health service follows; nil otherwise.
+	storeHealth func(context.Context) error
+	healthcheck *rls.Healthcheck
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // onClose pushes f on the closer stack.
@@ -491,6 +494,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	n.healthcheck = &rls.Healthcheck{}
 	if c.envoy.HealthCheckStore {
 		n.healthcheck.Check = storeCheck(st)
+		n.storeHealth = storeCheck(st)
 	}
 	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
 	mux.Handle("GET /healthcheck", n.healthcheck)
@@ -620,6 +624,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if n.storeHealth != nil {
+		go followStoreHealth(watchCtx, n.healthSrv, n.storeHealth, time.Second)
+	}
 	watched := make(chan struct{})
 	if n.src.watch != nil {
 		go func() { defer close(watched); n.src.watch(watchCtx, n.rt, n.m, n.log) }()

@@ -3,39 +3,69 @@ package split
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 var ctx = context.Background()
 
-// fixture is a split store over two memory stores on one test clock.
+// fixture is a split store over two stores of one backend (memory, or two real Redis
+// servers) on one test clock.
 type fixture struct {
 	now         int64
-	long, short *memory.Store
+	long, short keyStore
 	s           *Store
 }
 
-func newFixture(t *testing.T) *fixture {
+// keyStore is a store that lists its keys: both backends are.
+type keyStore interface {
+	store.Store
+	store.KeyDirectory
+}
+
+// backends are the stores the split is tested over: they must decide alike.
+var backends = []string{"memory", "redis"}
+
+func newFixture(t *testing.T, backend string) *fixture {
 	t.Helper()
 	f := &fixture{now: 1_800_000_000_000_000}
 	clock := func() int64 { return f.now }
-	f.long, f.short = memory.New(memory.WithClock(clock)), memory.New(memory.WithClock(clock))
+	switch backend {
+	case "memory":
+		f.long, f.short = memory.New(memory.WithClock(clock)), memory.New(memory.WithClock(clock))
+	case "redis":
+		open := func() keyStore {
+			st, err := redis.New(ctx, "redis://"+redistest.Start(t).Addr, redis.WithTimeForTests(clock), redis.WithTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}
+		f.long, f.short = open(), open()
+	}
 	f.s = New(f.long, f.short, 0)
 	t.Cleanup(func() { f.s.Close() })
 	return f
 }
 
-// held lists the bucket keys st holds.
-func held(t *testing.T, st *memory.Store) []string {
+// held lists the bucket keys st holds, but for the look's op key, which the memory store
+// keeps (empty) until it sweeps and Redis never writes.
+func held(t *testing.T, st keyStore) []string {
 	t.Helper()
 	var out []string
-	if err := st.Keys(ctx, []byte(key.Prefix), func(k []byte) { out = append(out, string(k)) }); err != nil {
+	if err := st.Keys(ctx, []byte(key.Prefix), func(k []byte) {
+		if !strings.HasPrefix(string(k), "sl:!split:") {
+			out = append(out, string(k))
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(out)
@@ -53,6 +83,15 @@ func params(t *testing.T, kind algorithm.Kind, n int64, period time.Duration) *a
 
 func TestSplit(t *testing.T) {
 	t.Parallel()
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			testSplit(t, backend)
+		})
+	}
+}
+
+func testSplit(t *testing.T, backend string) {
 	perSecond := key.AppendTag(key.AppendHead(nil, "per-second", "1"), 'u', "alice")
 	perMinute := key.AppendTag(key.AppendHead(nil, "per-minute", "1"), 'u', "alice")
 	perHalfSecond := key.AppendHead(nil, "per-half-second", "1")
@@ -92,7 +131,7 @@ func TestSplit(t *testing.T) {
 					{Key: perSecond, Params: params(t, algorithm.FixedWindow, 1, time.Second), Cost: 1},
 				}
 			},
-			wantLong:  []string{"sl:!split:{u=alice}", string(perMinute)},
+			wantLong:  []string{string(perMinute)},
 			wantShort: []string{string(perSecond)},
 			// The third request is denied by the per-second limit; the minute's count stays at 1.
 			allowedEach: [][]bool{{true, true}, {true, false}, {true, false}},
@@ -100,7 +139,7 @@ func TestSplit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t)
+			f := newFixture(t, backend)
 			ops := tc.ops(t)
 			res := make([]algorithm.Result, len(ops))
 			for r, want := range tc.allowedEach {
@@ -124,7 +163,7 @@ func TestSplit(t *testing.T) {
 
 	t.Run("a denied request consumes nothing; counters count it", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t)
+		f := newFixture(t, backend)
 		minute := params(t, algorithm.FixedWindow, 10, time.Minute)
 		ops := []store.Op{
 			{Key: perMinute, Params: minute, Cost: 1},
@@ -153,14 +192,20 @@ func TestSplit(t *testing.T) {
 		if look[1].Remaining != 1000-3 {
 			t.Fatalf("the counter has %d left, want %d: it counts every request", look[1].Remaining, 1000-3)
 		}
-		if v := held(t, f.long); len(v) != 3 || v[0] != "sl:!split:{u=alice}" {
-			t.Fatalf("main store holds %q: want the two keys and the look's (the memory store keeps an empty entry for a denied key until it sweeps)", v)
+		if got := held(t, f.long); !slices.Equal(got, []string{string(counter), string(perMinute)}) {
+			t.Fatalf("main store holds %q", got)
+		}
+		if backend == "redis" {
+			n := 0
+			if err := f.long.Keys(ctx, []byte("sl:!split:"), func([]byte) { n++ }); err != nil || n != 0 {
+				t.Fatalf("Redis holds %d keys of the look's op (%v): a denied op must write nothing", n, err)
+			}
 		}
 	})
 
 	t.Run("the longer limit denies: the per-second part stays consumed", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t)
+		f := newFixture(t, backend)
 		ops := []store.Op{
 			{Key: perMinute, Params: params(t, algorithm.FixedWindow, 1, time.Minute), Cost: 1},
 			{Key: perSecond, Params: params(t, algorithm.FixedWindow, 5, time.Second), Cost: 1},
@@ -182,7 +227,7 @@ func TestSplit(t *testing.T) {
 
 	t.Run("idempotent retry replays both parts", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t)
+		f := newFixture(t, backend)
 		ops := []store.Op{
 			{Key: perMinute, Params: params(t, algorithm.FixedWindow, 5, time.Minute), Cost: 1},
 			{Key: perSecond, Params: params(t, algorithm.FixedWindow, 5, time.Second), Cost: 1},
@@ -207,7 +252,7 @@ func TestSplitAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items at random under -race")
 	}
-	f := newFixture(t)
+	f := newFixture(t, "memory")
 	ops := []store.Op{
 		{Key: key.AppendHead(nil, "m", "1"), Params: params(t, algorithm.GCRA, 1e9, time.Minute), Cost: 1},
 		{Key: key.AppendHead(nil, "s", "1"), Params: params(t, algorithm.GCRA, 1e9, time.Second), Cost: 1},

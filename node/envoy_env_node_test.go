@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/internal/testkit/oteltest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/internal/testkit/testca"
 )
@@ -349,5 +350,36 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 			t.Fatalf("not reached within %v", limit)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestEnvoyTracing: TRACING_ENABLED with the gRPC exporter and TRACING_SAMPLING_RATE=1 traces
+// every RLS call (Sluice's own default samples 1%), to the collector --otlp-endpoint names.
+func TestEnvoyTracing(t *testing.T) {
+	t.Parallel()
+	recv := oteltest.Start(t)
+	vars := with(runtimeDir(t, map[string]string{"edge.yaml": edgeConfig}),
+		"TRACING_ENABLED", "true", "TRACING_EXPORTER_PROTOCOL", "grpc", "TRACING_SAMPLING_RATE", "1")
+	n, err := New(t.Context(), envoyTestConfig(t, vars, "--otlp-endpoint", "http://"+recv.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(ctx) }()
+	conn := dial(t, n.GRPCAddr(), insecure.NewCredentials())
+	const calls = 5
+	for range calls {
+		if _, err := shouldRateLimit(t.Context(), conn, "per_minute", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	n.Close() // flushes the spans
+	if got := len(recv.Spans()); got < calls {
+		t.Fatalf("%d spans arrived for %d calls; want every call traced", got, calls)
 	}
 }

@@ -383,3 +383,25 @@ func TestEnvoyTracing(t *testing.T) {
 		t.Fatalf("%d spans arrived for %d calls; want every call traced", got, calls)
 	}
 }
+
+// TestEnvoyStoreErrors: settings that need a Redis store stop the start naming the variable
+// when the store is memory; CACHE_KEY_PREFIX reaches a --store URL given as a flag too.
+func TestEnvoyStoreErrors(t *testing.T) {
+	t.Parallel()
+	c := envoyTestConfig(t, map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "127.0.0.1:1"})
+	if _, err := New(t.Context(), c); err == nil || !strings.Contains(err.Error(), "REDIS_PERSECOND") {
+		t.Fatalf("per-second Redis beside the memory store: err = %v, want it named", err)
+	}
+	for _, tc := range []struct{ in, prefix, want string }{
+		{"redis://r:6379", "p_", "redis://r:6379?key_prefix=p_"},
+		{"redis-cluster://a:1,b:2?tls=true", "p_", "redis-cluster://a:1,b:2?key_prefix=p_&tls=true"},
+		{"redis://r:6379?key_prefix=mine", "p_", "redis://r:6379?key_prefix=mine"}, // the URL's own wins
+		{"redis://r:6379", "", "redis://r:6379"},
+		{"memory", "p_", "memory"},
+	} {
+		got, err := withKeyPrefix(tc.in, tc.prefix)
+		if err != nil || got != tc.want {
+			t.Errorf("withKeyPrefix(%q, %q) = %q, %v; want %q", tc.in, tc.prefix, got, err, tc.want)
+		}
+	}
+}

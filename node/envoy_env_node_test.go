@@ -287,15 +287,16 @@ func TestEnvoyPerSecondRedis(t *testing.T) {
 func TestEnvoyMergeDomainConfig(t *testing.T) {
 	t.Parallel()
 	policy := runtimeDir(t, map[string]string{
-		"a.yaml": "domain: edge\ndescriptors:\n  - key: per_second\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-		"b.yaml": "domain: edge\ndescriptors:\n  - key: per_minute\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+		// Hours and days: two calls cannot straddle a window's end but at its hour.
+		"a.yaml": "domain: edge\ndescriptors:\n  - key: per_hour\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		"b.yaml": "domain: edge\ndescriptors:\n  - key: per_day\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
 	})
 	if _, err := New(t.Context(), envoyTestConfig(t, policy)); err == nil || !strings.Contains(err.Error(), "edge") {
 		t.Fatalf("without MERGE_DOMAIN_CONFIG: err = %v, want the domain in two files refused", err)
 	}
 	n := runNode(t, envoyTestConfig(t, with(policy, "MERGE_DOMAIN_CONFIG", "true")))
 	conn := dial(t, n.GRPCAddr(), insecure.NewCredentials())
-	for _, key := range []string{"per_second", "per_minute"} { // b.yaml's own per_minute
+	for _, key := range []string{"per_hour", "per_day"} {
 		first, err := shouldRateLimit(t.Context(), conn, key, "x")
 		if err != nil {
 			t.Fatal(err)

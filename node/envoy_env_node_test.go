@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -427,5 +428,27 @@ func TestEnvoyStoreErrors(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("withKeyPrefix(%q, %q) = %q, %v; want %q", tc.in, tc.prefix, got, err, tc.want)
 		}
+	}
+}
+
+// TestEnvoyMaxConnectionAge: GRPC_MAX_CONNECTION_AGE closes a client's connection with a
+// GOAWAY once it is that old, so the client leaves READY (and reconnects on its next call).
+func TestEnvoyMaxConnectionAge(t *testing.T) {
+	t.Parallel()
+	vars := with(runtimeDir(t, map[string]string{"edge.yaml": edgeConfig}), "GRPC_MAX_CONNECTION_AGE", "500ms", "GRPC_MAX_CONNECTION_AGE_GRACE", "500ms")
+	n := runNode(t, envoyTestConfig(t, vars))
+	conn := dial(t, n.GRPCAddr(), insecure.NewCredentials())
+	if _, err := shouldRateLimit(t.Context(), conn, "per_day", "x"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for conn.GetState() == connectivity.Ready {
+		if !conn.WaitForStateChange(ctx, connectivity.Ready) {
+			t.Fatal("the connection was still READY after 30 s; want it closed at its age")
+		}
+	}
+	if _, err := shouldRateLimit(t.Context(), conn, "per_day", "x"); err != nil {
+		t.Fatalf("a call after the GOAWAY: %v", err)
 	}
 }

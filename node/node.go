@@ -93,6 +93,7 @@ type Config struct {
 	abuse            abuseFlags
 	tracing          tracingFlags
 	shadow           bool
+	envoyAttributes  string        // --envoy-attributes (envoy_attributes.go)
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
 	events           eventsConfig
 	region           regionFlags // serve_region.go
@@ -157,6 +158,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION)")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
+	c.registerEnvoyAttributes(f)
 	c.region.register(f)
 	cmd.SetUsageFunc(groupedUsage)
 }
@@ -383,6 +385,11 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if c.envoy.QuotaMode {
 		opts = append(opts, sluice.WithEnvoyQuotaMode())
 	}
+	attrs, err := c.envoyAttributesOption()
+	if err != nil {
+		return n, err
+	}
+	opts = append(opts, attrs)
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.

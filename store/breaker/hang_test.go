@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 const (
 	callMargin = 250 * time.Millisecond // over the deadline, for any one call
 	openWithin = time.Second            // from the pause to the breaker open
-	backWithin = 3 * time.Second        // from SIGCONT to a decision from the store again
+	backWithin = 10 * time.Second       // from SIGCONT to a decision from the store again
 	pauseFor   = 3 * time.Second
 	callers    = 20
 )
@@ -82,6 +83,7 @@ func hungStore(t *testing.T, tc redistest.HangTarget, maxTimeout, deadline time.
 	stalls := stallwatch.Start(t)
 
 	samples := make([][]sample, callers)
+	var lastSuccess atomic.Int64 // unix nanoseconds of the end of the latest call that succeeded
 	load := redistest.StartLoad(t, callers, time.Millisecond, func(i int) func() {
 		// Each caller reuses its batch and results, as the limiter does: a store call
 		// abandoned at its deadline must not touch them afterwards (-race).
@@ -91,7 +93,11 @@ func hungStore(t *testing.T, tc redistest.HangTarget, maxTimeout, deadline time.
 		return func() {
 			start := time.Now()
 			_, err := s.Apply(ctx, b, res)
-			samples[i] = append(samples[i], sample{start, time.Now(), err})
+			end := time.Now()
+			samples[i] = append(samples[i], sample{start, end, err})
+			if err == nil {
+				lastSuccess.Store(end.UnixNano())
+			}
 		}
 	})
 
@@ -99,7 +105,15 @@ func hungStore(t *testing.T, tc redistest.HangTarget, maxTimeout, deadline time.
 	// successes before them would take long to open.
 	time.Sleep(time.Second)
 	paused, resumed := owner.PauseFor(t, pauseFor)
-	time.Sleep(backWithin + 500*time.Millisecond)
+	// Each half-open breaker lets a few probes through a second; on a loaded machine the
+	// first may miss the deadline, so the load runs until one succeeds, or for backWithin.
+	for time.Since(resumed) < backWithin+500*time.Millisecond {
+		if time.Unix(0, lastSuccess.Load()).After(resumed) {
+			time.Sleep(100 * time.Millisecond)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	load.Stop()
 
 	var all []sample

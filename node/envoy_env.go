@@ -99,8 +99,8 @@ const (
 	envoyDefaultOTLPEndpoint = "localhost:4317" // the OTLP/gRPC exporter's default
 )
 
-// envoyXDS are the reference's variables of its xDS configuration source, read by the xDS
-// work (CONFIG_TYPE=GRPC_XDS_SOTW), not here.
+// envoyXDS are the reference's variables of its xDS configuration source
+// (CONFIG_TYPE=GRPC_XDS_SOTW), read by readEnvoyXDS (envoy_xds.go).
 var envoyXDS = []string{
 	"CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG",
 	"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL",
@@ -411,6 +411,10 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (envoySettings, error) {
 		}
 	}
 
+	// CONFIG_TYPE=GRPC_XDS_SOTW and its CONFIG_GRPC_XDS_* variables (envoy_xds.go).
+	if err := readEnvoyXDS(&s, get); err != nil {
+		return s, err
+	}
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = get("LIMIT_LIMIT_HEADER"), get("LIMIT_REMAINING_HEADER"), get("LIMIT_RESET_HEADER")
 	return s, nil
 }

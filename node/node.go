@@ -95,6 +95,7 @@ type Config struct {
 	shadow           bool
 	envoyAttributes  string        // --envoy-attributes (envoy_attributes.go)
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
+	xds              xdsFlags      // --envoy-xds (envoy_xds.go)
 	events           eventsConfig
 	region           regionFlags // serve_region.go
 }
@@ -159,6 +160,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
 	c.registerEnvoyAttributes(f)
+	c.xds.register(f)
 	c.region.register(f)
 	cmd.SetUsageFunc(groupedUsage)
 }
@@ -289,7 +291,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return n, err
 	}
 	logEnvoyNotes(c.envoy, log)
-	if n.src, err = openPolicy(ctx, c.config, log, c.envoy.policyOptions()...); err != nil {
+	if n.src, err = openPolicySource(ctx, c, log); err != nil {
 		return n, fmt.Errorf("load policy: %w", err)
 	}
 	n.onClose(n.src.close)

@@ -244,8 +244,9 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		// was over.
 		shadow := l.shadow || (lim != nil && lim.Shadow && desc.Limit == nil)
 		kind := opLimit
-		if lim != nil && lim.QuotaMode && desc.Limit == nil {
-			// As in the reference, a per-request limit override is never in quota mode.
+		if l.quota || (lim != nil && lim.QuotaMode && desc.Limit == nil) {
+			// As in the reference, a per-request limit override is in quota mode only under
+			// the global QUOTA_MODE.
 			st.Quota, kind = true, opQuota
 			if shadow {
 				kind = opShadowQuota

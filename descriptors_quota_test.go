@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +92,82 @@ func TestQuotaModeOnStores(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGlobalQuotaMode: WithEnvoyQuotaMode (QUOTA_MODE) puts every Envoy-format limit in
+// quota_mode, per-request limits included, on the memory store and on a real Redis alike;
+// without it the same requests are denied by the first limit over.
+func TestGlobalQuotaMode(t *testing.T) {
+	t.Parallel()
+	cfg, err := envoyconf.Load(map[string][]byte{"ai.yaml": []byte(`
+domain: ai
+descriptors:
+  - key: backend
+    value: a
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: backend
+    value: b
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: backend
+    value: c
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := func(v string) sluice.Descriptor {
+		return sluice.Descriptor{Entries: []envoyconf.Entry{{Key: "backend", Value: v}}}
+	}
+	override := sluice.Descriptor{Entries: []envoyconf.Entry{{Key: "backend", Value: "o"}}, Limit: &sluice.DescriptorLimit{RequestsPerUnit: 1, Unit: "hour"}}
+	steps := []struct {
+		descs       []sluice.Descriptor
+		quota, base bool // the request's OK with and without the global quota mode
+	}{
+		{[]sluice.Descriptor{backend("a"), backend("b")}, true, true},
+		// a over, b not: in quota mode allowed, b consumes; otherwise denied, nothing consumed.
+		{[]sluice.Descriptor{backend("a"), backend("b")}, true, false},
+		{[]sluice.Descriptor{backend("b")}, false, true},
+		{[]sluice.Descriptor{override, backend("c")}, true, true},
+		// The per-request limit is over: a quota too under the global mode.
+		{[]sluice.Descriptor{override, backend("c")}, true, false},
+	}
+	for _, store := range []string{"memory", "redis"} {
+		for _, global := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/quota_mode=%v", store, global), func(t *testing.T) {
+				t.Parallel()
+				var st sluice.Store = memory.New(memory.WithSweepInterval(0))
+				if store == "redis" {
+					srv := redistest.Start(t)
+					rs, err := redis.New(context.Background(), "redis://"+srv.Addr, redis.WithTimeout(2*time.Second))
+					if err != nil {
+						t.Fatal(err)
+					}
+					st = rs
+				}
+				var opts []sluice.Option
+				if global {
+					opts = append(opts, sluice.WithEnvoyQuotaMode())
+				}
+				lim, err := sluice.New(st, testutil.Snapshot(t, "rules: []\n").WithEnvoy(cfg, "v1"), opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lim.Close()
+				for i, s := range steps {
+					var d sluice.DescriptorDecision
+					if err := lim.CheckDescriptors(context.Background(), &sluice.DescriptorRequest{Domain: "ai", Descriptors: s.descs}, &d); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					want := s.base
+					if global {
+						want = s.quota
+					}
+					if d.OK != want {
+						t.Errorf("step %d: ok=%v, want %v (statuses %+v)", i, d.OK, want, d.Statuses)
+					}
+				}
+			})
+		}
 	}
 }

@@ -50,6 +50,7 @@ type Limiter struct {
 	onBurst  func(Burst)
 	share    int64 // on_store_error: local divides limits by this many nodes
 	shadow   bool  // every limit is a shadow: decided and reported, never denying
+	quota    bool  // every Envoy-format limit is in quota_mode (WithEnvoyQuotaMode)
 	// envoyAttrs names the descriptor entries Envoy requests' attributes are read from, where
 	// a domain's file does not (WithEnvoyAttributes).
 	envoyAttrs envoyconf.AttributeMap
@@ -83,6 +84,12 @@ func WithLocalShare(nodes int) Option { return func(l *Limiter) { l.share = int6
 // a shadow rule's does. It is the reference Envoy service's SHADOW_MODE: a way to roll out a
 // policy and watch what it would deny.
 func WithShadow() Option { return func(l *Limiter) { l.shadow = true } }
+
+// WithEnvoyQuotaMode puts every limit of an Envoy-format request (CheckDescriptors) in
+// quota_mode, per-request limits included: a descriptor over its limit is OVER_LIMIT in its
+// status, and the request is denied only when every such descriptor is over. It is the
+// reference Envoy service's QUOTA_MODE. Native checks are not affected.
+func WithEnvoyQuotaMode() Option { return func(l *Limiter) { l.quota = true } }
 
 // WithStoreErrorHook is called with every store error, for metrics.
 func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onError = f } }

@@ -229,12 +229,12 @@ func (x xdsFlags) tlsConfig() (*tls.Config, error) {
 // openPolicySource opens the policy of --config, or the xDS source of --envoy-xds.
 func openPolicySource(ctx context.Context, c Config, log *slog.Logger) (*policySource, error) {
 	if c.xds.server == "" {
-		return openPolicy(ctx, c.config, log)
+		return openPolicy(ctx, c.config, log, c.envoy.policyOptions()...)
 	}
 	if c.config != "" {
 		return nil, errors.New("--envoy-xds: the configuration comes from the xDS server; leave --config empty (as CONFIG_TYPE=GRPC_XDS_SOTW reads no files)")
 	}
-	return openXDSPolicy(ctx, c.xds, log)
+	return openXDSPolicy(ctx, c.xds, log, c.envoy.policyOptions()...)
 }
 
 // xdsPolicy is the policy an xDS server gives: the documents of its last accepted response.
@@ -244,6 +244,7 @@ type xdsPolicy struct {
 	name   string
 	log    *slog.Logger
 	client *xds.Client
+	opts   []policy.LoadOption // MERGE_DOMAIN_CONFIG's, as the reference's xDS provider merges too
 
 	mu     sync.Mutex
 	files  *policy.Files     // the last accepted policy
@@ -255,7 +256,7 @@ type xdsPolicy struct {
 
 // openXDSPolicy starts the xDS client and, unless --envoy-xds-force-start, waits for the
 // server's first valid configuration, as the reference does.
-func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySource, error) {
+func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger, opts ...policy.LoadOption) (*policySource, error) {
 	md, err := parseKeyValues(x.metadata)
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-xds-node-metadata: %w", err)
@@ -277,7 +278,7 @@ func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySo
 	if err != nil {
 		return nil, err
 	}
-	p := &xdsPolicy{name: "xds:" + x.server, log: log, first: make(chan struct{})}
+	p := &xdsPolicy{name: "xds:" + x.server, log: log, first: make(chan struct{}), opts: opts}
 	p.client, err = xds.New(xds.Options{
 		Server: x.server, NodeID: x.nodeID, NodeMetadata: md, Headers: headers,
 		RetryInterval: x.retry, MaxRetryInterval: x.retryMax, TLS: tlsCfg, MaxMessageBytes: x.maxMessage,
@@ -321,7 +322,7 @@ func openXDSPolicy(ctx context.Context, x xdsFlags, log *slog.Logger) (*policySo
 // apply parses one response; the runtime, once attached, compiles it with the control store's
 // state. An error NACKs the response and leaves the running policy.
 func (p *xdsPolicy) apply(version string, docs map[string][]byte) error {
-	files, err := policy.ParseFiles(docs)
+	files, err := policy.ParseFiles(docs, p.opts...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

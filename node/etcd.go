@@ -65,18 +65,18 @@ type policySource struct {
 
 // openPolicy reads the policy that --config names. A source that cannot be read, or whose
 // files are invalid, is an error: serve does not start on a policy it was not given.
-func openPolicy(ctx context.Context, config string, log *slog.Logger) (*policySource, error) {
+func openPolicy(ctx context.Context, config string, log *slog.Logger, opts ...policy.LoadOption) (*policySource, error) {
 	if isEtcd(config) {
-		return openEtcdPolicy(ctx, config, log)
+		return openEtcdPolicy(ctx, config, log, opts...)
 	}
-	files, err := loadFiles(config)
+	files, err := loadFiles(config, opts...)
 	if err != nil {
 		return nil, err
 	}
 	src := &policySource{name: config, files: files, close: func() error { return nil }}
 	if config != "" {
 		src.watch = func(ctx context.Context, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
-			watchPolicy(ctx, config, rt, m, log)
+			watchPolicy(ctx, config, rt, m, log, opts...)
 		}
 	}
 	return src, nil
@@ -88,6 +88,7 @@ type etcdPolicy struct {
 	client *clientv3.Client
 	prefix string
 	name   string // the URL without its password
+	opts   []policy.LoadOption
 }
 
 // parseEtcdURL reads etcd://[user:pass@]host:port[,host:port...]/prefix (etcd+https:// for
@@ -145,7 +146,7 @@ func redactEtcd(raw string) string {
 
 // openEtcdPolicy connects to etcd and reads the policy under the prefix, which must answer
 // within etcdTimeout and hold at least one valid document.
-func openEtcdPolicy(ctx context.Context, raw string, log *slog.Logger) (*policySource, error) {
+func openEtcdPolicy(ctx context.Context, raw string, log *slog.Logger, opts ...policy.LoadOption) (*policySource, error) {
 	cfg, prefix, name, err := parseEtcdURL(raw)
 	if err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func openEtcdPolicy(ctx context.Context, raw string, log *slog.Logger) (*policyS
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	e := &etcdPolicy{client: client, prefix: prefix, name: name}
+	e := &etcdPolicy{client: client, prefix: prefix, name: name, opts: opts}
 	files, _, err := e.read(ctx)
 	if err != nil {
 		client.Close()
@@ -194,7 +195,7 @@ func (e *etcdPolicy) read(ctx context.Context) (*policy.Files, int64, error) {
 		// The key names the document in errors: /prefix/file.yaml:3: rules[0].limit: ...
 		docs[string(kv.Key)] = kv.Value
 	}
-	files, err := policy.ParseFiles(docs)
+	files, err := policy.ParseFiles(docs, e.opts...)
 	if err != nil {
 		return nil, resp.Header.Revision, err
 	}

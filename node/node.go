@@ -46,6 +46,7 @@ import (
 	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/split"
 	"github.com/sluicehq/sluice/telemetry/metrics"
 	"github.com/sluicehq/sluice/transport/grpcapi"
 	"github.com/sluicehq/sluice/transport/httpapi"
@@ -212,11 +213,19 @@ type Node struct {
 	httpSrv        *http.Server
 	// adminLn and adminSrv serve the admin API and the dashboard with --admin-http; nil
 	// without it (they are on the HTTP listener then).
-	adminLn     net.Listener
-	adminSrv    *http.Server
-	grpcSrv     *grpc.Server
-	serverTLS   *tlsreload.Reloader
-	healthSrv   *health.Server
+	adminLn   net.Listener
+	adminSrv  *http.Server
+	grpcSrv   *grpc.Server
+	serverTLS *tlsreload.Reloader
+	grpcTLS   *tlsreload.Reloader // serverTLS, or GRPC_SERVER_USE_TLS's for gRPC alone
+	// debugLn and promLn are the reference's debug (DEBUG_PORT) and Prometheus
+	// (USE_PROMETHEUS) listeners; nil unless their variables are set.
+	debugLn, promLn   net.Listener
+	debugSrv, promSrv *http.Server
+	healthSrv         *health.Server
+	// storeHealth, with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION, is the store's check that the
+	// gRPC health service follows; nil otherwise.
+	storeHealth func(context.Context) error
 	healthcheck *rls.Healthcheck
 	closeOnce   sync.Once
 	closeErr    error
@@ -278,6 +287,10 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if n.serverTLS, err = c.tls.open(log); err != nil {
 		return n, err
 	}
+	if n.grpcTLS, err = openEnvoyGRPCTLS(c.envoy.GRPCTLS, n.serverTLS, log); err != nil {
+		return n, err
+	}
+	logEnvoyNotes(c.envoy, log)
 	if n.src, err = openPolicySource(ctx, c, log); err != nil {
 		return n, fmt.Errorf("load policy: %w", err)
 	}
@@ -371,6 +384,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if c.shadow {
 		opts = append(opts, sluice.WithShadow())
 	}
+	if c.envoy.QuotaMode {
+		opts = append(opts, sluice.WithEnvoyQuotaMode())
+	}
 	attrs, err := c.envoyAttributesOption()
 	if err != nil {
 		return n, err
@@ -416,6 +432,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 			return n, fmt.Errorf("--admin-http: %w", err)
 		}
 		n.onClose(ignoreClosed(n.adminLn.Close))
+	}
+	if err := n.listenEnvoyExtras(c.envoy, reg, log); err != nil {
+		return n, err
 	}
 	id := nodeID(c.nodeID, n.httpLn.Addr())
 
@@ -482,6 +501,10 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	rlsOpts.Events, rlsOpts.Tracer = rec, tracer
 	rlsSrv := rls.New(lim, m, rlsOpts)
 	n.healthcheck = &rls.Healthcheck{}
+	if c.envoy.HealthCheckStore {
+		n.healthcheck.Check = storeCheck(st)
+		n.storeHealth = storeCheck(st)
+	}
 	mux.Handle("/json", gate.HTTP(rlsSrv.JSONHandler(c.maxBody)))
 	mux.Handle("GET /healthcheck", n.healthcheck)
 	mux.Handle("/", gate.HTTP(admin.HTTP(api)))
@@ -502,7 +525,8 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	}
 	n.grpcSrv = grpc.NewServer(
 		grpc.MaxRecvMsgSize(1<<20),
-		grpcCreds(n.serverTLS),
+		grpcCreds(n.grpcTLS),
+		envoyKeepalive(c.envoy),
 		grpc.ChainUnaryInterceptor(gate.UnaryInterceptor(), admin.UnaryInterceptor()),
 		// A fixed pool of stream workers instead of a goroutine per RPC: less stack growth and
 		// scheduling per call. A call that finds every worker busy gets a goroutine of its own,
@@ -595,14 +619,23 @@ func (n *Node) Limiter() *sluice.Limiter { return n.lim }
 // then drains: health checks turn to failing, the servers finish the requests in flight
 // (10 s at most) and the follower stops. Close releases the rest; Run does not.
 func (n *Node) Run(ctx context.Context) error {
-	errs := make(chan error, 3)
+	errs := make(chan error, 5)
 	go func() { errs <- serveHTTP(n.httpSrv, n.httpLn, n.serverTLS) }()
 	if n.adminSrv != nil {
 		go func() { errs <- serveHTTP(n.adminSrv, n.adminLn, n.serverTLS) }()
 	}
 	go func() { errs <- n.grpcSrv.Serve(n.grpcLn) }()
+	if n.debugSrv != nil {
+		go func() { errs <- n.debugSrv.Serve(n.debugLn) }()
+	}
+	if n.promSrv != nil {
+		go func() { errs <- n.promSrv.Serve(n.promLn) }()
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	if n.storeHealth != nil {
+		go followStoreHealth(watchCtx, n.healthSrv, n.storeHealth, time.Second)
+	}
 	watched := make(chan struct{})
 	if n.src.watch != nil {
 		go func() { defer close(watched); n.src.watch(watchCtx, n.rt, n.m, n.log) }()
@@ -622,7 +655,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.healthcheck.Fail()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, srv := range []*http.Server{n.httpSrv, n.adminSrv} {
+	for _, srv := range []*http.Server{n.httpSrv, n.adminSrv, n.debugSrv, n.promSrv} {
 		if srv == nil {
 			continue
 		}
@@ -661,19 +694,44 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// openStore opens the store --store names: memory, or a Redis URL.
+// openStore opens the store --store names: memory, or a Redis URL; with REDIS_PERSECOND, the
+// limits of a second or less go to a Redis of their own (store/split).
 func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, string, error) {
 	if isMemory(c.storeURL) {
+		if c.envoy.PerSecondStore != "" {
+			return nil, "", errors.New("REDIS_PERSECOND: the per-second Redis needs a Redis store for the other limits: set REDIS_URL (or --store)")
+		}
+		if c.envoy.KeyPrefix != "" {
+			log.Info("CACHE_KEY_PREFIX: the memory store has its keys to itself; the prefix applies to Redis stores only")
+		}
 		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil
 	}
-	if strings.HasPrefix(c.storeURL, "redis") {
-		st, err := redisstore.New(ctx, c.storeURL)
-		if err != nil {
-			return nil, "", err
-		}
+	if !strings.HasPrefix(c.storeURL, "redis") {
+		return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
+	}
+	storeURL, err := withKeyPrefix(c.storeURL, c.envoy.KeyPrefix)
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := redisstore.New(ctx, storeURL)
+	if err != nil {
+		return nil, "", err
+	}
+	if c.envoy.PerSecondStore == "" {
 		return st, "redis", nil
 	}
-	return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
+	perSecondURL, err := withKeyPrefix(c.envoy.PerSecondStore, c.envoy.KeyPrefix)
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	perSecond, err := redisstore.New(ctx, perSecondURL)
+	if err != nil {
+		st.Close()
+		return nil, "", fmt.Errorf("REDIS_PERSECOND_URL: %w", err)
+	}
+	log.Info("limits of a second or less on their own Redis (REDIS_PERSECOND)", "per_second_store", redact(perSecondURL))
+	return split.New(st, perSecond, split.DefaultCutoff), "redis", nil
 }
 
 // storeCheck is /readyz's check of st: its Ping, or always up for a store in this process.
@@ -723,7 +781,7 @@ func orBuiltIn(path string) string {
 // watchPolicy reloads the policy files on SIGHUP and when they change, and hands them to the
 // runtime, which compiles them with the control store's state. A bad policy is logged,
 // counted and ignored: the running one stays.
-func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger) {
+func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metrics.Metrics, log *slog.Logger, opts ...policy.LoadOption) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -746,7 +804,7 @@ func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metr
 		}
 	}
 	reload := func(why string) {
-		files, err := loadFiles(path)
+		files, err := loadFiles(path, opts...)
 		if err != nil {
 			m.PolicyLoaded("", err)
 			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", rt.Files().Version, "err", err)

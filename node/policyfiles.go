@@ -30,9 +30,9 @@ func count(n int, one, many string) string {
 }
 
 // loadFiles reads the policy files at path, or the built-in policy when path is empty.
-func loadFiles(path string) (*policy.Files, error) {
+func loadFiles(path string, opts ...policy.LoadOption) (*policy.Files, error) {
 	if path == "" {
-		return policy.ParseFiles(map[string][]byte{"built-in default-policy.yaml": DefaultPolicy})
+		return policy.ParseFiles(map[string][]byte{"built-in default-policy.yaml": DefaultPolicy}, opts...)
 	}
-	return policy.ReadFiles(path)
+	return policy.ReadFiles(path, opts...)
 }

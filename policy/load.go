@@ -29,7 +29,7 @@ func Load(path string) (*Snapshot, error) {
 
 // ReadFiles reads and validates the policy files at path as Load does, and keeps them parsed
 // for CompileWith, which combines them with the control store's state.
-func ReadFiles(path string) (*Files, error) {
+func ReadFiles(path string, opts ...LoadOption) (*Files, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
@@ -55,8 +55,20 @@ func ReadFiles(path string) (*Files, error) {
 		}
 		files[n] = data
 	}
-	return ParseFiles(files)
+	return ParseFiles(files, opts...)
 }
+
+// LoadOption changes how ReadFiles and ParseFiles read files.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	mergeDomains bool
+}
+
+// MergeDomains lets one Envoy-format domain span several files, their top-level descriptors
+// merged (a key defined twice is still an error), as the reference service does with
+// MERGE_DOMAIN_CONFIG=true. Without it a domain in two files is an error naming both.
+func MergeDomains() LoadOption { return func(o *loadOptions) { o.mergeDomains = true } }
 
 // LoadFiles is Load for named in-memory files. Files are read in the order of their names.
 // It reports every mistake of every file, each a *FieldError (file:line: field: message),
@@ -114,7 +126,11 @@ func (f *Files) Envoy() *envoyconf.Config { return f.envoy }
 
 // ParseFiles is LoadFiles that keeps the files parsed for CompileWith. It refuses files with
 // any mistake, as LoadFiles does.
-func ParseFiles(files map[string][]byte) (*Files, error) {
+func ParseFiles(files map[string][]byte, opts ...LoadOption) (*Files, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -143,7 +159,7 @@ func ParseFiles(files map[string][]byte) (*Files, error) {
 	var cfg *envoyconf.Config
 	if len(envoy) > 0 {
 		var err error
-		if cfg, err = envoyconf.Load(envoy, false); err != nil {
+		if cfg, err = envoyconf.Load(envoy, o.mergeDomains); err != nil {
 			for _, e := range unjoin(err) {
 				var le *envoyconf.LoadError
 				if errors.As(e, &le) {

@@ -25,6 +25,10 @@ type Options struct {
 	// ClientCAFile, when set, is a PEM bundle of the CAs client certificates must chain to;
 	// a client without such a certificate is refused during the handshake.
 	ClientCAFile string
+	// ClientSAN, when set, is a name (DNS or IP) a client certificate must carry among its
+	// subject alternative names, besides chaining to ClientCAFile: mutual TLS that admits one
+	// caller, not every holder of a certificate from the CA. Needs ClientCAFile.
+	ClientSAN string
 	// Interval is the least time between two looks at the files (default DefaultInterval).
 	Interval time.Duration
 	// Logger receives reloads and rejected files (default slog.Default()).
@@ -72,6 +76,9 @@ func (s stamp) same(o stamp) bool {
 func New(opts Options) (*Reloader, error) {
 	if opts.CertFile == "" || opts.KeyFile == "" {
 		return nil, errors.New("tls: a certificate file and a key file are both needed")
+	}
+	if opts.ClientSAN != "" && opts.ClientCAFile == "" {
+		return nil, errors.New("tls: a client SAN needs a client CA file")
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
@@ -151,9 +158,24 @@ func (v *view) config() *tls.Config {
 	if st.clientCAs != nil {
 		cfg.ClientCAs = st.clientCAs
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if san := v.r.opts.ClientSAN; san != "" {
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifySAN(cs, san) }
+		}
 	}
 	v.cache.Store(&cached{st: st, cfg: cfg})
 	return cfg
+}
+
+// verifySAN checks that the client's verified leaf certificate names san, as the handshake
+// has already checked its chain.
+func verifySAN(cs tls.ConnectionState, san string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: no client certificate")
+	}
+	if err := cs.PeerCertificates[0].VerifyHostname(san); err != nil {
+		return fmt.Errorf("tls: client certificate: %w", err)
+	}
+	return nil
 }
 
 // current returns the state to serve, reloading first when it is time to look and a file

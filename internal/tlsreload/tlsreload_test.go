@@ -43,12 +43,19 @@ type fixture struct {
 
 func newFixture(t *testing.T, mutual bool) *fixture {
 	t.Helper()
+	return newFixtureSAN(t, mutual, "")
+}
+
+// newFixtureSAN is newFixture whose client certificates must also name san (with mutual).
+func newFixtureSAN(t *testing.T, mutual bool, san string) *fixture {
+	t.Helper()
 	f := &fixture{t: t, dir: t.TempDir(), ca: testca.New(t, "server CA"), clock: &clock{now: time.Unix(1_800_000_000, 0)}, log: &strings.Builder{}, logMu: &sync.Mutex{}}
 	f.certFile, f.keyFile = f.ca.Server(t, "first").Files(t, f.dir, "server")
 	opts := Options{CertFile: f.certFile, KeyFile: f.keyFile, Now: f.clock.Now, Logger: slog.New(slog.NewTextHandler(lockedWriter{f.logMu, f.log}, nil))}
 	if mutual {
 		f.caFile = testca.New(t, "client CA").File(t, f.dir, "clients.pem")
 		opts.ClientCAFile = f.caFile
+		opts.ClientSAN = san
 	}
 	r, err := New(opts)
 	if err != nil {
@@ -310,5 +317,36 @@ func BenchmarkHandshakeConfig(b *testing.B) {
 		if _, err := cfg.GetConfigForClient(nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestClientSAN: with ClientSAN, a client certificate from the client CA is admitted only when
+// it names the SAN (testca's certificates name localhost and 127.0.0.1).
+func TestClientSAN(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		san string
+		ok  bool
+	}{
+		{"localhost", true},
+		{"127.0.0.1", true},
+		{"rls-client.example", false},
+	} {
+		t.Run(c.san, func(t *testing.T) {
+			t.Parallel()
+			f := newFixtureSAN(t, true, c.san)
+			clientCA := f.newClientCA("client CA")
+			f.clock.Add(DefaultInterval)
+			good := clientCA.Client(t, "client")
+			if _, err := f.get(f.client(&good)); (err == nil) != c.ok {
+				t.Fatalf("err = %v, want accepted=%v", err, c.ok)
+			}
+			if _, err := f.get(f.client(nil)); err == nil {
+				t.Fatal("no client certificate was accepted")
+			}
+		})
+	}
+	if _, err := New(Options{CertFile: "c", KeyFile: "k", ClientSAN: "x"}); err == nil || !strings.Contains(err.Error(), "client CA") {
+		t.Fatalf("a SAN without a client CA: err = %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,7 +30,11 @@ import (
 // than one per lane's gathered requests, see coalesce.go), tls=true (sentinel and
 // cluster forms), tls_ca_file (PEM of the CA that signed Redis's certificate),
 // tls_insecure_skip_verify=true, tls_cert_file and tls_key_file (PEM client certificate and key
-// for a Redis with tls-auth-clients, read again when they change). New fails with a clear error when Redis cannot be
+// for a Redis with tls-auth-clients, read again when they change),
+// tls_skip_hostname_verification=true (the chain is verified, the name in it is not),
+// sentinel_auth ([user:]password for the sentinels themselves; absent, they get the URL's
+// credentials; empty, none), key_prefix (put before every key, e.g. one per deployment sharing
+// a Redis; no braces). New fails with a clear error when Redis cannot be
 // reached or is older than MinVersion.
 func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	opt, cluster, err := parseURL(rawURL)
@@ -46,7 +51,8 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect to %s: %w", redact(rawURL), err)
 	}
-	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false"}
+	prefix := queryOf(rawURL).Get("key_prefix")
+	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false", prefix: prefix, inbox: prefix + inboxKey}
 	s.calls.New = func() any { return newCall(s) }
 	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	s.scratches.New = func() any { return new(scratch) }
@@ -131,6 +137,10 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 		return rueidis.ClientOption{}, false, errors.New("--store: not a valid URL")
 	}
 	q := u.Query()
+	if p := q.Get("key_prefix"); strings.ContainsAny(p, "{}") {
+		// A brace would move the hash tag, and with it the slot, of every key.
+		return rueidis.ClientOption{}, false, fmt.Errorf("--store: key_prefix %q: braces are not allowed", p)
+	}
 	var opt rueidis.ClientOption
 	cluster := false
 	switch u.Scheme {
@@ -153,6 +163,13 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 				return opt, false, errors.New("--store: redis-sentinel:// needs the master name as its path")
 			}
 			opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+			if q.Has("sentinel_auth") {
+				// As REDIS_SENTINEL_AUTH: "password" or "user:password"; empty is none.
+				opt.Sentinel.Username, opt.Sentinel.Password = "", q.Get("sentinel_auth")
+				if user, pass, ok := strings.Cut(q.Get("sentinel_auth"), ":"); ok {
+					opt.Sentinel.Username, opt.Sentinel.Password = user, pass
+				}
+			}
 			if db := q.Get("db"); db != "" {
 				if opt.SelectDB, err = strconv.Atoi(db); err != nil {
 					return opt, false, fmt.Errorf("--store: db %q: %w", db, err)
@@ -183,6 +200,12 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 	}
 	if q.Get("tls_insecure_skip_verify") == "true" && opt.TLSConfig != nil {
 		opt.TLSConfig.InsecureSkipVerify = true
+	}
+	if q.Get("tls_skip_hostname_verification") == "true" {
+		if opt.TLSConfig == nil {
+			return opt, false, errors.New("--store: tls_skip_hostname_verification needs rediss:// or tls=true")
+		}
+		skipHostname(opt.TLSConfig)
 	}
 	if path := q.Get("tls_ca_file"); path != "" {
 		if opt.TLSConfig == nil {
@@ -222,6 +245,27 @@ func parseURL(raw string) (rueidis.ClientOption, bool, error) {
 		}
 	}
 	return opt, cluster, nil
+}
+
+// skipHostname makes cfg verify the server's chain against cfg.RootCAs (the system's roots
+// when nil) without checking the name in it: for a Redis reached by an address its
+// certificate does not name (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION). Unlike
+// tls_insecure_skip_verify, a certificate from another CA is still refused.
+func skipHostname(cfg *tls.Config) {
+	cfg.InsecureSkipVerify = true // the name check only; VerifyConnection checks the chain
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("redis tls: no server certificate")
+		}
+		opts := x509.VerifyOptions{Roots: cfg.RootCAs, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+			return fmt.Errorf("redis tls: %w", err)
+		}
+		return nil
+	}
 }
 
 func queryOf(raw string) url.Values {

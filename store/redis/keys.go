@@ -42,7 +42,7 @@ func (s *Store) group(b *store.Batch, sc *scratch) []group {
 		g := &gs[gi]
 		g.ops = append(g.ops, i)
 		var state, log string
-		state, log, arena = redisKeys(arena, op.Key)
+		state, log, arena = redisKeys(arena, s.prefix, op.Key)
 		g.keys = append(g.keys, state)
 		if op.Params.Kind == algorithm.SlidingWindowLog {
 			g.keys = append(g.keys, log)
@@ -66,10 +66,11 @@ func addGroup(gs []group, slot uint16) []group {
 	return gs
 }
 
-// redisKeys appends a bucket key's Redis key and its log list's key to arena, as one string
-// and its prefix (see redisKey).
-func redisKeys(arena, k []byte) (state, log string, grown []byte) {
+// redisKeys appends a bucket key's Redis key, after the store's key prefix, and its log
+// list's key to arena, as one string and its prefix (see redisKey).
+func redisKeys(arena []byte, prefix string, k []byte) (state, log string, grown []byte) {
 	start := len(arena)
+	arena = append(arena, prefix...)
 	tagged := len(key.HashTag(k)) < len(k)
 	if !tagged {
 		arena = append(arena, '{')
@@ -132,6 +133,14 @@ func redisKey(k []byte) string {
 	return "{" + string(k) + "}"
 }
 
+// key is the Redis key of a bucket key in this store: its key prefix, then redisKey.
+func (s *Store) key(k []byte) string {
+	if s.prefix == "" {
+		return redisKey(k)
+	}
+	return s.prefix + redisKey(k)
+}
+
 // placeRecords names where each group remembers its part of an idempotent request's decision.
 // A single server keeps one record per request. On a Cluster each slot of the request keeps its
 // own part, so that a retry replays in one round trip; and the key's own slot (its caller's hash
@@ -144,21 +153,21 @@ func (s *Store) placeRecords(gs []group, id []byte) []group {
 	sum := sha256.Sum256(id)
 	name := key.Prefix + "idem3:" + hex.EncodeToString(sum[:16])
 	if !s.cluster {
-		gs[0].record = name
+		gs[0].record = s.prefix + name
 		return gs
 	}
 	tag := string(key.HashTag(id))
 	if len(tag) == len(id) {
 		tag = hex.EncodeToString(sum[:16]) // no caller: no attribute in plain in the name
 	}
-	own := "{" + tag + "}:" + name
+	own := s.prefix + "{" + tag + "}:" + name
 	slot := Slot([]byte(own))
 	found := false
 	for gi := range gs {
 		if gs[gi].slot == slot {
 			gs[gi].record, found = own, true
 		} else {
-			gs[gi].record = "{" + string(key.HashTag([]byte(gs[gi].keys[0]))) + "}:" + name
+			gs[gi].record = s.prefix + "{" + string(key.HashTag([]byte(gs[gi].keys[0]))) + "}:" + name
 		}
 	}
 	if !found {

@@ -97,6 +97,12 @@ type Store struct {
 	pendings  sync.Pool                    // *pending
 
 	coalescedCalls, coalescedBatches atomic.Uint64 // see CoalesceStats
+
+	// prefix starts every Redis key the store writes (the URL's key_prefix), so that
+	// deployments can share one Redis; a key's hash tag comes after it, so the slot is the
+	// same as without it.
+	prefix string
+	inbox  string // the region inbox's key, after prefix
 }
 
 // Option configures a Store.
@@ -431,7 +437,7 @@ func (s *Store) refund(ctx context.Context, deadline time.Time, b *store.Batch, 
 			if !results[i].Allowed || op.Counter {
 				op.Cost = 0 // a counter keeps what it counted, whatever the request's fate
 			}
-			state := redisKey(op.Key)
+			state := s.key(op.Key)
 			keys = append(keys, state, state+":log")
 			args = append(args, s.opString(&op))
 		}
@@ -488,7 +494,7 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	defer cancel()
 	cmds := make(rueidis.Commands, 0, len(keys))
 	for _, k := range keys {
-		state := redisKey(k)
+		state := s.key(k)
 		cmds = append(cmds, s.client.B().Del().Key(state, state+":log").Build())
 	}
 	replies, err := s.do(ctx, nil, "", nil, cmds)

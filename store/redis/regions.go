@@ -20,7 +20,8 @@ const scanCount = 2000
 // every server (each primary of a Cluster). A key whose bucket key has no hash tag is stored
 // braced whole ({sl:...}), so both spellings are matched; f receives the bucket key.
 func (s *Store) Keys(ctx context.Context, prefix []byte, f func(key []byte)) error {
-	patterns := []string{globEscape(string(prefix)) + "*", "{" + globEscape(string(prefix)) + "*"}
+	p := globEscape(s.prefix)
+	patterns := []string{p + globEscape(string(prefix)) + "*", p + "{" + globEscape(string(prefix)) + "*"}
 	for addr, node := range s.client.Nodes() {
 		for _, pat := range patterns {
 			cursor := uint64(0)
@@ -30,6 +31,7 @@ func (s *Store) Keys(ctx context.Context, prefix []byte, f func(key []byte)) err
 					return fmt.Errorf("%w: redis scan %s: %w", store.ErrUnavailable, addr, err)
 				}
 				for _, k := range entry.Elements {
+					k = strings.TrimPrefix(k, s.prefix)
 					if strings.HasSuffix(k, ":log") {
 						continue // a sliding_window_log's list, beside its state
 					}
@@ -70,7 +72,7 @@ func (s *Store) ReadStates(ctx context.Context, _ algorithm.Kind, keys [][]byte,
 	defer cancel()
 	cmds := make(rueidis.Commands, 0, len(keys))
 	for _, k := range keys {
-		cmds = append(cmds, s.client.B().Get().Key(redisKey(k)).Build())
+		cmds = append(cmds, s.client.B().Get().Key(s.key(k)).Build())
 	}
 	for i, r := range s.client.DoMulti(ctx, cmds...) {
 		states[i] = algorithm.State{}
@@ -136,7 +138,7 @@ func (s *Store) AppendInbox(ctx context.Context, msgs [][]byte) error {
 	defer cancel()
 	cmds := make(rueidis.Commands, 0, len(msgs))
 	for _, m := range msgs {
-		cmds = append(cmds, s.client.B().Xadd().Key(inboxKey).Maxlen().Almost().Threshold(inboxMaxLenArg).
+		cmds = append(cmds, s.client.B().Xadd().Key(s.inbox).Maxlen().Almost().Threshold(inboxMaxLenArg).
 			Id("*").FieldValue().FieldValue(inboxField, rueidis.BinaryString(m)).Build())
 	}
 	for _, r := range s.client.DoMulti(ctx, cmds...) {
@@ -157,7 +159,7 @@ func (s *Store) ReadInbox(ctx context.Context, cursor string) ([][]byte, string,
 	if cursor != "" {
 		start = "(" + cursor // exclusive (Redis 6.2)
 	}
-	entries, err := s.client.Do(ctx, s.client.B().Xrange().Key(inboxKey).Start(start).End("+").Count(inboxReadCount).Build()).AsXRange()
+	entries, err := s.client.Do(ctx, s.client.B().Xrange().Key(s.inbox).Start(start).End("+").Count(inboxReadCount).Build()).AsXRange()
 	if err != nil {
 		return nil, cursor, fmt.Errorf("%w: redis read region inbox after %q: %w", store.ErrUnavailable, cursor, err)
 	}

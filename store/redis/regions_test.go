@@ -135,7 +135,7 @@ func checkInbox(t *testing.T, st *Store) {
 	if err := st.AppendInbox(ctx, many); err != nil {
 		t.Fatal(err)
 	}
-	n, err := st.client.Do(ctx, st.client.B().Xlen().Key(inboxKey).Build()).AsInt64()
+	n, err := st.client.Do(ctx, st.client.B().Xlen().Key(st.inbox).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,3 +162,66 @@ func TestTLSClientCertificateURLErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSSkipHostnameVerification reaches a real redis-server over TLS by a name its
+// certificate does not hold (localhost; the certificate names 127.0.0.1 only):
+// tls_skip_hostname_verification lets the store in when the chain is good, and not when the
+// certificate's CA is not trusted.
+func TestTLSSkipHostnameVerification(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeCertificates(t, dir)
+	otherCA := testca.New(t, "another CA").File(t, dir, "other-ca.pem")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	redistest.Start(t, redistest.WithConfig(
+		"tls-port "+strconv.Itoa(tlsPort),
+		"tls-cert-file "+certFile, "tls-key-file "+keyFile, "tls-ca-cert-file "+caFile,
+		"tls-auth-clients no",
+	))
+	url := "rediss://localhost:" + strconv.Itoa(tlsPort)
+	for _, c := range []struct {
+		name, query string
+		ok          bool
+	}{
+		{"name checked", "?tls_ca_file=" + caFile, false},
+		{"name not checked, chain good", "?tls_ca_file=" + caFile + "&tls_skip_hostname_verification=true", true},
+		{"name not checked, chain from another CA", "?tls_ca_file=" + otherCA + "&tls_skip_hostname_verification=true", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := New(ctx, url+c.query, WithTimeout(2*time.Second))
+			if err == nil {
+				st.Close()
+			}
+			if (err == nil) != c.ok {
+				t.Fatalf("err = %v, want connected=%v", err, c.ok)
+			}
+		})
+	}
+}
+
+// TestSentinelAuth: sentinel_auth gives the sentinels a password of their own (user:password
+// or password; empty is none); without it they get the URL's credentials.
+func TestSentinelAuth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url, user, pass string
+	}{
+		{"redis-sentinel://u:pw@s1:26379/m", "u", "pw"},
+		{"redis-sentinel://u:pw@s1:26379/m?sentinel_auth=spw", "", "spw"},
+		{"redis-sentinel://u:pw@s1:26379/m?sentinel_auth=su:spw", "su", "spw"},
+		{"redis-sentinel://u:pw@s1:26379/m?sentinel_auth=", "", ""},
+	} {
+		opt, _, err := parseURL(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opt.Sentinel.Username != c.user || opt.Sentinel.Password != c.pass || opt.Username != "u" || opt.Password != "pw" {
+			t.Errorf("%s: sentinel %q:%q, master %q:%q; want sentinel %q:%q, master u:pw", c.url, opt.Sentinel.Username, opt.Sentinel.Password, opt.Username, opt.Password, c.user, c.pass)
+		}
+	}
+}

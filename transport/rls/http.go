@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -101,6 +102,10 @@ func writeJSONError(w http.ResponseWriter, code int, msg string) {
 // as the reference does on SIGTERM, so that load balancers which probe this path stop sending
 // before the listeners close. The zero value is healthy and ready to use.
 type Healthcheck struct {
+	// Check, when set, is asked on every probe: an error answers 500 with it
+	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the store must answer). Set it before serving.
+	Check func(context.Context) error
+
 	failed atomic.Bool
 }
 
@@ -108,13 +113,20 @@ type Healthcheck struct {
 func (h *Healthcheck) Fail() { h.failed.Store(true) }
 
 // ServeHTTP answers the probe.
-func (h *Healthcheck) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (h *Healthcheck) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Cache-Control", "no-store")
 	if h.failed.Load() {
 		w.WriteHeader(http.StatusInternalServerError)
 		w.Write([]byte("shutting down"))
 		return
+	}
+	if h.Check != nil {
+		if err := h.Check(r.Context()); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(err.Error()))
+			return
+		}
 	}
 	w.Write([]byte("OK"))
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// LimitHeader, RemainingHeader and ResetHeader rename those headers (LIMIT_LIMIT_HEADER,
 	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty keeps the defaults above.
 	LimitHeader, RemainingHeader, ResetHeader string
+	// DynamicMetadata sets the answer's dynamic_metadata as the reference service does with
+	// RESPONSE_DYNAMIC_METADATA=true (see dynamicMetadata).
+	DynamicMetadata bool
 	// Events, when set, counts every decision (descriptors with hits_addend 0 are looks and
 	// are not counted) for the violations log and usage history.
 	Events *usage.Recorder
@@ -137,6 +140,13 @@ func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest, sp *tra
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	resp := s.respond(&c.dec)
+	if s.o.DynamicMetadata {
+		md, err := dynamicMetadata(in, &c.dec)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		resp.DynamicMetadata = md
+	}
 	s.m.ObserveDescriptors(api, &c.dec, time.Since(start))
 	s.o.Events.Descriptors(&c.req, &c.dec)
 	return resp, nil

@@ -108,6 +108,10 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 		return p.ticksAt(s.T + ceilDiv(s.V, max(p.rate, 1)))
 	case FixedWindow:
 		s.V += cost
+		if p.cal != nil {
+			_, end := p.cal.Window(now)
+			return end
+		}
 		return s.T + p.Period
 	case SlidingWindowCounter:
 		s.V += cost
@@ -326,8 +330,17 @@ func (p *Params) gcraDebt(s *State, nowT int64) int64 {
 // Unix epoch.
 func (p *Params) window(now int64) int64 { return now - now%p.Period }
 
+// fixedBounds returns the fixed window that holds now: epoch-aligned, or the calendar's.
+func (p *Params) fixedBounds(now int64) (start, end int64) {
+	if p.cal != nil {
+		return p.cal.Window(now)
+	}
+	start = p.window(now)
+	return start, start + p.Period
+}
+
 func (p *Params) fixedWindow(s *State, now, cost int64, r *Result) {
-	start := p.window(now)
+	start, end := p.fixedBounds(now)
 	if s.T != start {
 		s.T, s.V = start, 0
 	}
@@ -339,12 +352,12 @@ func (p *Params) fixedWindow(s *State, now, cost int64, r *Result) {
 		r.Allowed = true
 		count += cost
 	default:
-		r.RetryAfter = start + p.Period - now
+		r.RetryAfter = end - now
 	}
 	r.Remaining = max(0, p.Limit-count)
 	// The window's end, even for an empty window: callers (and Envoy's duration_until_reset)
 	// read it as when the window turns over.
-	r.ResetAfter = start + p.Period - now
+	r.ResetAfter = end - now
 }
 
 func (p *Params) slidingCounter(s *State, now, cost int64, r *Result) {

@@ -84,8 +84,11 @@ type Store struct {
 	functions bool         // FCALL the library rather than EVALSHA the scripts
 	scripts   bool         // WithScripts: never load the library
 	now       func() int64 // tests only: pass the time instead of Redis TIME
-	timeout   time.Duration
-	ops       [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.set (see opString)
+	// calClock is the node's clock (µs) that calendar windows' bounds are computed around
+	// (see opString); nil is now's, else the wall clock. Tests set it to skew the node.
+	calClock func() int64
+	timeout  time.Duration
+	ops      [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.set (see opString)
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)

@@ -16,7 +16,7 @@ import (
 
 // calendarLimits are fixed windows aligned to calendars: days across DST changes, a week in a
 // +5:30 zone, months in a zone with a 30-minute offset and DST, a year in a +5:45 zone.
-func calendarLimits(t *testing.T) []limit {
+func calendarLimits(t testing.TB) []limit {
 	t.Helper()
 	var ls []limit
 	for i, spec := range []struct {
@@ -44,10 +44,12 @@ func calendarLimits(t *testing.T) []limit {
 			t.Fatal(err)
 		}
 		k := key.AppendHead(nil, fmt.Sprintf("cal%d", i), "v1")
+		counter := key.AppendHead(nil, fmt.Sprintf("cal%d", i), "!burst")
 		if i%2 == 0 {
 			k = key.AppendTag(k, 'u', "ann")
+			counter = key.AppendTag(counter, 'u', "ann")
 		}
-		ls = append(ls, limit{key: k, params: p})
+		ls = append(ls, limit{key: k, params: p, counter: counter})
 	}
 	return ls
 }

@@ -76,7 +76,8 @@ func limits(t testing.TB) []limit {
 			ls = append(ls, limit{key: k, params: p, counter: counter})
 		}
 	}
-	return ls
+	// Calendar windows too: refunds, idempotency and a Cluster's slots treat them as any op.
+	return append(ls, calendarLimits(t)...)
 }
 
 // differential sends the same random traffic through the memory store and st at the same

@@ -131,6 +131,41 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 	return now
 }
 
+// Drain empties what is left of the limit in s, which Decide brought up to the same now and
+// found denied (on_deny: drain; Params.WithDrain): the buckets are left empty, a fixed window
+// counted full, a log given an entry at now of what it had left. It returns the instant after
+// which s is as good as fresh. A store drains only a binding limit that denied a request
+// waiting could admit (Reason none), after the batch's commits were undone.
+func Drain(p *Params, s *State, now int64) (idleAt int64) {
+	switch p.Kind {
+	case TokenBucket:
+		s.V = 0
+		return p.ticksAt(s.T + ceilDiv(p.capacity, max(p.rate, 1)))
+	case GCRA:
+		if p.rate == 0 {
+			return now
+		}
+		nowT := p.ticks(now)
+		s.T, s.V = nowT+p.capacity/p.rate, p.capacity%p.rate
+		return p.ticksAt(s.T + 1)
+	case LeakyBucket:
+		s.V = p.capacity
+		return p.ticksAt(s.T + ceilDiv(s.V, max(p.rate, 1)))
+	case FixedWindow, SlidingWindowLog:
+		if left := p.Limit - s.V; left > 0 {
+			return Commit(p, s, now, left)
+		}
+		if p.Kind == FixedWindow {
+			_, end := p.fixedBounds(now)
+			return end
+		}
+		if s.Log != nil && len(s.Log.Entries) > 0 {
+			return s.Log.Entries[len(s.Log.Entries)-1].At + p.Period
+		}
+	}
+	return now
+}
+
 // Take is Decide followed, when the request is allowed and costs something, by Commit, with
 // the result written to r: what a store does for a limit that no sibling can deny. committed
 // reports whether it consumed.

@@ -88,7 +88,23 @@ type Params struct {
 	// cal, when set, aligns a fixed_window to a time zone's calendar (WithCalendar); Period
 	// is then the unit's nominal length, used for nothing the decision depends on.
 	cal *Calendar
+	// drain empties what is left of the limit when it denies a request (on_deny: drain).
+	drain bool
 }
+
+// WithDrain returns p set to drain on deny (Gubernator's DRAIN_OVER_LIMIT): a request this
+// limit denies empties what is left of it (Drain), so a client that bursts past the limit
+// waits for a full refill. The bucket algorithms, fixed_window and sliding_window_log take it.
+func (p Params) WithDrain() (Params, error) {
+	if p.Kind == SlidingWindowCounter || p.Kind == 0 || int(p.Kind) >= len(kindNames) {
+		return Params{}, fmt.Errorf("%w: on_deny drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", ErrParams, p.Kind)
+	}
+	p.drain = true
+	return p, nil
+}
+
+// Drains reports whether p drains on deny (WithDrain).
+func (p *Params) Drains() bool { return p.drain }
 
 // WithCalendar returns p, a fixed_window, with its windows aligned to cal rather than to the
 // Unix epoch; Period becomes the unit's nominal length (1d, 7d, 30d, 365d).

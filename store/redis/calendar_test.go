@@ -152,6 +152,41 @@ func TestCalendarSameDecisionsAsMemory(t *testing.T) {
 	})
 }
 
+// drainLimits drain on deny: a bucket of each encoding, a fixed window (one on a calendar) and
+// a log.
+func drainLimits(t testing.TB) []limit {
+	t.Helper()
+	var ls []limit
+	cal, err := algorithm.NewCalendar(algorithm.CalendarDay, "Asia/Kathmandu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []algorithm.Kind{algorithm.TokenBucket, algorithm.GCRA, algorithm.LeakyBucket, algorithm.FixedWindow, algorithm.FixedWindow, algorithm.SlidingWindowLog} {
+		period := 300 * time.Millisecond
+		if i == 4 {
+			period = 24 * time.Hour
+		}
+		p, err := algorithm.NewParams(kind, 6, 9, period)
+		if err == nil && i == 4 {
+			p, err = p.WithCalendar(cal)
+		}
+		if err == nil {
+			p, err = p.WithDrain()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := key.AppendHead(nil, fmt.Sprintf("drain%d", i), "v1")
+		counter := key.AppendHead(nil, fmt.Sprintf("drain%d", i), "!burst")
+		if i%2 == 1 {
+			k = key.AppendTag(k, 'u', fmt.Sprint("user", i%3))
+			counter = key.AppendTag(counter, 'u', fmt.Sprint("user", i%3))
+		}
+		ls = append(ls, limit{key: k, params: p, counter: counter})
+	}
+	return ls
+}
+
 func keysOf(ls []limit) [][]byte {
 	keys := make([][]byte, len(ls))
 	for i := range ls {

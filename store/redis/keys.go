@@ -216,7 +216,7 @@ func (s *Store) nodeNow() int64 {
 }
 
 // opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
-// its mode (0 binding, 1 shadow, 2 counter) in one string, formatted once per distinct op;
+// its mode (0 binding, 1 shadow, 2 counter, 3 binding that drains on deny) in one string, formatted once per distinct op;
 // then, for a calendar window, the four bounds of its table (algorithm.CalendarBounds).
 // One string rather than three: each ARGV value costs Redis a string object and a Lua string,
 // and the script one more conversion.
@@ -230,6 +230,8 @@ func (s *Store) opString(op *store.Op) string {
 		k.mode = 2
 	case op.Shadow:
 		k.mode = 1
+	case op.Params.Drains():
+		k.mode = 3 // binding, and drains on deny
 	}
 	set := s.ops[k.set():][:2]
 	for i := range set {

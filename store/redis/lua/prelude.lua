@@ -193,8 +193,9 @@ end
 
 -- MODE_BINDING, MODE_SHADOW, MODE_COUNTER are an op's modes: a binding op's denial denies its
 -- batch; a shadow op never does; a counter never denies, and keeps what it allowed whatever
--- the others decide.
-local MODE_BINDING, MODE_SHADOW, MODE_COUNTER = 0, 1, 2
+-- the others decide. MODE_DRAIN is sent for a binding op that drains on deny; parse_op reads
+-- it as MODE_BINDING with p.drains set.
+local MODE_BINDING, MODE_SHADOW, MODE_COUNTER, MODE_DRAIN = 0, 1, 2, 3
 
 local algorithms = {}
 
@@ -213,8 +214,11 @@ local function parse_op(str)
   for x in string.gmatch(str, '[^,]+') do v[#v + 1] = tonumber(x) end
   local calendar = #v == 16 and v[1] == FIXED_WINDOW
   if (#v ~= 12 and not calendar) or not algorithms[v[1]] then error('sluice: bad op ' .. str) end
+  -- Mode 3 is a binding op that drains on deny (see drain in batch.lua).
+  local mode, drains = v[12], v[12] == MODE_DRAIN
+  if drains then mode = MODE_BINDING end
   p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
-        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = v[12],
+        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = mode, drains = drains,
         decide = algorithms[v[1]].decide, commit = algorithms[v[1]].commit,
         nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
   if calendar then p.bounds = { v[13], v[14], v[15], v[16] } end

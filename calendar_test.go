@@ -61,3 +61,55 @@ rules:
 	at(time.Date(2027, 4, 1, 0, 0, 0, 0, kolkata))
 	expect("april", acme, want{true, "monthly", 30 * 24 * time.Hour, 0})
 }
+
+// TestDrainOnDeny checks on_deny: drain through the Limiter on the memory store: a request over
+// what is left empties the limit, so a request that would have fit waits for the refill; a
+// rule without it keeps what was left, and a sibling's denial drains nothing.
+func TestDrainOnDeny(t *testing.T) {
+	t.Parallel()
+	l, c := newLimiter(t, `
+rules:
+  - {name: drained, match: {endpoint: /d}, key: [user], algorithm: token_bucket, limit: 10, period: 1s, on_deny: drain}
+  - {name: kept, match: {endpoint: /k}, key: [user], algorithm: token_bucket, limit: 10, period: 1s}
+  - {name: window, match: {endpoint: /w}, key: [user], algorithm: fixed_window, limit: 10, period: 1m, on_deny: drain}
+  - {name: tight, match: {endpoint: /w}, key: [tenant], algorithm: fixed_window, limit: 8, period: 1m}
+`)
+	for _, tc := range []struct {
+		endpoint       string
+		allowedAfter   bool // a request of 1 after the denied one of 5
+		remainingAfter int64
+		deniedBy       string
+	}{
+		{"/d", false, 0, "drained"},
+		{"/k", true, 2, "kept"},
+	} {
+		r := sluice.Request{User: "u" + tc.endpoint, Endpoint: tc.endpoint, Cost: 7}
+		if d := check(t, l, r); !d.Allowed {
+			t.Fatalf("%s: the first 7 denied", tc.endpoint)
+		}
+		r.Cost = 5
+		if d := check(t, l, r); d.Allowed || d.Rule != tc.deniedBy {
+			t.Fatalf("%s: 5 more allowed %v by %s", tc.endpoint, d.Allowed, d.Rule)
+		}
+		r.Cost = 1
+		if d := check(t, l, r); d.Allowed != tc.allowedAfter || d.Remaining != tc.remainingAfter {
+			t.Fatalf("%s: then 1: allowed %v remaining %d; want %v %d", tc.endpoint, d.Allowed, d.Remaining, tc.allowedAfter, tc.remainingAfter)
+		}
+	}
+	c.Add(time.Second) // a full refill
+	if d := check(t, l, sluice.Request{User: "u/d", Endpoint: "/d", Cost: 10}); !d.Allowed {
+		t.Fatal("the drained bucket did not refill in a period")
+	}
+	// /w: 4 pass both; 5 more: the tenant's window (8) denies, the user's (10) would allow:
+	// the user's window is not drained, and still has 6.
+	r := sluice.Request{User: "w", Tenant: "t", Endpoint: "/w", Cost: 4}
+	check(t, l, r)
+	r.Cost = 5
+	if d := check(t, l, r); d.Allowed || d.Rule != "tight" {
+		t.Fatalf("denied by %s", d.Rule)
+	}
+	r.Tenant, r.Cost = "t2", 6
+	if d := check(t, l, r); !d.Allowed || d.Results[0].Remaining != 0 {
+		t.Fatalf("the user's window lost what was left to a sibling's denial: %+v", d.Results)
+	}
+}

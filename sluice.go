@@ -447,6 +447,9 @@ func (l *Limiter) degradeOps(ctx context.Context, ops []store.Op, res []algorith
 			if cal := p.Calendar(); cal != nil && err == nil {
 				shared, err = shared.WithCalendar(cal)
 			}
+			if p.Drains() && err == nil {
+				shared, err = shared.WithDrain()
+			}
 			if err == nil {
 				params[j] = shared
 				sub[j].Params = &params[j]

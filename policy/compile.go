@@ -117,7 +117,8 @@ func (s *Spec) Nominal() int64 {
 // inside int64; newSpec checks it again because overrides reach it at run time.
 // A calendar (nil for none) aligns a fixed_window's windows to it; period is then its nominal
 // length.
-func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft, hard int64, cal *algorithm.Calendar) (Spec, error) {
+// drain sets on_deny: drain.
+func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft, hard int64, cal *algorithm.Calendar, drain bool) (Spec, error) {
 	if burst <= 0 || !kind.IsBucket() {
 		burst = limit
 	}
@@ -127,6 +128,9 @@ func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft
 	p, err := algorithm.NewParams(kind, limit*hard/100, burst*hard/100, period)
 	if err == nil && cal != nil {
 		p, err = p.WithCalendar(cal)
+	}
+	if err == nil && drain {
+		p, err = p.WithDrain()
 	}
 	return Spec{Limit: limit, Burst: burst, Period: period, Soft: soft, Hard: hard, Params: p}, err
 }
@@ -434,6 +438,18 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		bad("adaptive", "%q is not trust", r.Adaptive)
 	}
 	c.regions, c.home = compileRegions(r.Name, r.Regions, kind, bad)
+	drain := false
+	switch r.OnDeny {
+	case "":
+	case "drain":
+		drain = true
+		if kind == algorithm.SlidingWindowCounter {
+			bad("on_deny", "drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", kind)
+			drain = false
+		}
+	default:
+		bad("on_deny", "%q is not drain", r.OnDeny)
+	}
 	if r.Escalation != nil {
 		esc, eerrs := compileEscalation(r.Name, r.Escalation)
 		errs = append(errs, eerrs...)
@@ -494,7 +510,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	// The spec needs every number above; a mistake in one is reported once, where it is.
 	numbersOK := kind != 0 && limitOK == nil && periodOK == nil && burstOK == nil
 	if numbersOK {
-		spec, err := newSpec(kind, r.Limit, burst, period, soft, hard, cal)
+		spec, err := newSpec(kind, r.Limit, burst, period, soft, hard, cal, drain)
 		if err != nil {
 			check(specError(err, r.Limit, burst, hard, ""))
 		}
@@ -550,7 +566,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		if !tierOK || !numbersOK {
 			continue
 		}
-		spec, err := newSpec(kind, limit, tburst, tp, soft, hard, tcal)
+		spec, err := newSpec(kind, limit, tburst, tp, soft, hard, tcal, drain)
 		if err != nil {
 			check(specError(err, limit, tburst, hard, path+"."))
 			continue

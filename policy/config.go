@@ -56,6 +56,9 @@ type Rule struct {
 	// Calendar aligns a fixed_window to the calendar of a time zone (period 1d, 1w, 1mo or 1y;
 	// docs/architecture.md, Calendar windows); see Calendar.
 	Calendar Calendar `yaml:"calendar" json:"calendar,omitempty"`
+	// OnDeny "drain" empties what is left of the limit when it denies a request (Gubernator's
+	// DRAIN_OVER_LIMIT); empty for none. Buckets, fixed_window and sliding_window_log.
+	OnDeny string `yaml:"on_deny" json:"on_deny,omitempty"`
 }
 
 // Escalation penalizes a caller (an API key, or a user of a tenant) that sends more than

@@ -145,3 +145,23 @@ func TestCalendarFields(t *testing.T) {
 		}
 	}
 }
+
+// TestCalendarParseRule reads calendar and on_deny as the admin API sends them.
+func TestCalendarParseRule(t *testing.T) {
+	t.Parallel()
+	r, err := ParseRule("monthly", []byte(`{"key":["tenant"],"algorithm":"fixed_window","limit":10,"period":"1mo","calendar":true,"on_deny":"drain"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Calendar.Zone() != "UTC" || time.Duration(r.Period) != PeriodMonth || r.OnDeny != "drain" {
+		t.Fatalf("read %+v", r)
+	}
+	out, err := json.Marshal(r)
+	if err != nil || !strings.Contains(string(out), `"period":"1mo","calendar":"true"`) {
+		t.Fatalf("written %s (%v)", out, err)
+	}
+	if _, err := ParseRule("bad", []byte(`{"algorithm":"fixed_window","limit":10,"period":"1d","calendar":"Nowhere/Land"}`)); err == nil ||
+		!strings.Contains(err.Error(), "calendar: unknown time zone") {
+		t.Fatalf("unknown zone: %v", err)
+	}
+}

@@ -67,7 +67,27 @@ type DescriptorStatus struct {
 type DescriptorDecision struct {
 	OK       bool
 	Degraded bool
+	// Exempt is set when an exemption matched the caller: every descriptor is OK with no
+	// limit, and nothing was counted.
+	Exempt bool
+	// Banned is set when a ban override denied the request; it consumed nothing.
+	Banned   bool
 	Statuses []DescriptorStatus
+
+	// req holds the attributes read from the descriptors; caller is req after the control
+	// plane's assignments (Caller).
+	req, assigned policy.Request
+	caller        *policy.Request
+	from          []Descriptor // the request's descriptors, for Caller
+	attrKeys      [envoyAttributeCount]string
+	remote        bool // remote_address sets ip
+	mapped        bool // keys differ from the attributes' names
+	overridden    bool // an override's target matched the caller (scratch holds them)
+	scratch       policy.Scratch
+	descs         []Descriptor      // the request's descriptors with an assigned tier
+	entries       []envoyconf.Entry // their entries
+	rewritten     []int             // the descriptors of descs rewritten
+	replaced      []bool            // envoyconf.AppendReplaced's
 
 	limits []*envoyconf.Limit
 	ops    []store.Op
@@ -78,6 +98,17 @@ type DescriptorDecision struct {
 	keys   []byte
 	spans  [][2]int
 	params []algorithm.Params
+}
+
+// Caller returns the request's attributes as read from its descriptors' entries, after the
+// control plane's identity assignments: who the request is for violations, usage and the
+// abuse detector. It is read on first need, from the request's descriptors, which must not
+// have changed since the decision; it is valid until d is used again.
+func (d *DescriptorDecision) Caller() *policy.Request {
+	if d.caller == nil {
+		d.readCaller()
+	}
+	return d.caller
 }
 
 // unlimitedRemaining is what Envoy reports as remaining for an unlimited descriptor.
@@ -123,14 +154,23 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			}
 		}
 	}
-	d.OK, d.Degraded = true, false
+	d.OK, d.Degraded, d.Exempt, d.Banned = true, false, false, false
 	d.Statuses, d.limits, d.ops, d.opOf, d.kinds = d.Statuses[:0], d.limits[:0], d.ops[:0], d.opOf[:0], d.kinds[:0]
 	d.keys, d.spans, d.params = d.keys[:0], d.spans[:0], d.params[:0]
 
-	cfg := l.policy.Load().Envoy()
+	snap := l.policy.Load()
+	cfg := snap.Envoy()
+	descs, exempt := l.control(snap, cfg, r, d)
+	if exempt {
+		d.Exempt = true
+		for range descs {
+			d.Statuses = append(d.Statuses, DescriptorStatus{OK: true})
+		}
+		return nil
+	}
 	known := cfg != nil && cfg.HasDomain(r.Domain)
-	for i := range r.Descriptors {
-		desc := &r.Descriptors[i]
+	for i := range descs {
+		desc := &descs[i]
 		var lim *envoyconf.Limit
 		if known && desc.Limit == nil {
 			// A descriptor with no entries, or an entry with no key, matches nothing: as in
@@ -145,9 +185,11 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		d.limits = append(d.limits, lim)
 		d.Statuses = append(d.Statuses, DescriptorStatus{OK: true})
 	}
-	replaced := envoyconf.Replaced(d.limits)
-	for i := range r.Descriptors {
-		desc, st, lim := &r.Descriptors[i], &d.Statuses[i], d.limits[i]
+	var now time.Time // read once an override needs it
+	d.replaced = envoyconf.AppendReplaced(d.replaced, d.limits)
+	replaced := d.replaced
+	for i := range descs {
+		desc, st, lim := &descs[i], &d.Statuses[i], d.limits[i]
 		cost := r.HitsAddend
 		if cost == 0 {
 			cost = 1
@@ -179,6 +221,22 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			params = &lim.Params
 			st.Limit, st.HasLimit, st.Name = lim, true, lim.Name
 			st.RequestsPerUnit, st.Unit = lim.RequestsPerUnit, lim.Unit
+			if o, ok := l.override(snap, lim, &now, d); ok {
+				if o.Banned {
+					if l.shadow || lim.Shadow {
+						st.Shadow = true // reported, not enforced: counted as usual
+					} else {
+						st.OK, st.ResetAfter = false, max(0, o.Until.Sub(now))
+						d.OK, d.Banned = false, true
+						continue
+					}
+				} else {
+					// The effective limit, which current_limit shows.
+					d.params = append(d.params, o.Params)
+					params = nil
+					st.RequestsPerUnit = uint32(min(o.Params.Limit, math.MaxUint32))
+				}
+			}
 			d.keys = appendDescriptorKey(d.keys, r.Domain, lim, desc.Entries)
 		}
 		d.spans = append(d.spans, [2]int{start, len(d.keys)})
@@ -196,6 +254,20 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		d.ops = append(d.ops, store.Op{Params: params, Cost: int64(cost), Shadow: shadow})
 		d.opOf = append(d.opOf, i)
 		d.kinds = append(d.kinds, kind)
+	}
+	if d.Banned {
+		// A banned request consumes nothing: its other limits are looked at, to report them.
+		for i := range d.ops {
+			d.ops[i].Cost = 0
+		}
+	} else if len(d.ops) == 0 && d.overridden && !l.shadow {
+		// A ban with no limit of the request to deny: the caller is denied all the same.
+		if now.IsZero() {
+			now = l.now()
+		}
+		if _, _, ok := snap.BanFor(d.Caller(), now); ok {
+			d.OK, d.Banned = false, true
+		}
 	}
 	if len(d.ops) == 0 {
 		return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 	"github.com/sluicehq/sluice/store"
 )
 
@@ -49,6 +50,9 @@ type Limiter struct {
 	onBurst  func(Burst)
 	share    int64 // on_store_error: local divides limits by this many nodes
 	shadow   bool  // every limit is a shadow: decided and reported, never denying
+	// envoyAttrs names the descriptor entries Envoy requests' attributes are read from, where
+	// a domain's file does not (WithEnvoyAttributes).
+	envoyAttrs envoyconf.AttributeMap
 }
 
 // Option configures a Limiter.
@@ -87,6 +91,13 @@ func WithStoreErrorHook(f func(error)) Option { return func(l *Limiter) { l.onEr
 // escalation detects: once per caller, rule and window, fleet-wide (a shared store counts for
 // every node). It must not block: hand the burst to a queue and return.
 func WithBurstHook(f func(Burst)) Option { return func(l *Limiter) { l.onBurst = f } }
+
+// WithEnvoyAttributes reads the attributes of Envoy requests (tenant, user, api_key, ip,
+// endpoint, method, tier) from the descriptor entries m names, where the domain's own
+// attributes: mapping does not name them (the --envoy-attributes flag).
+func WithEnvoyAttributes(m envoyconf.AttributeMap) Option {
+	return func(l *Limiter) { l.envoyAttrs = m }
+}
 
 // Burst is a caller that sent more than a rule's escalation threshold within its window: the
 // request that made it Threshold+1. Escalation names the caller by its API key, or by its user

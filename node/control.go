@@ -185,9 +185,14 @@ func bootstrapAdmin(ctx context.Context, store control.Store, tokenFile, dataDir
 // adminAPI builds the admin API (control/adminapi), mounted at /admin/v1/ on the HTTP listener.
 func adminAPI(d adminDeps) (*adminapi.Server, error) {
 	return adminapi.New(adminapi.Options{
-		Control:        d.store,
-		Limiter:        d.limiter,
-		Files:          func() adminapi.FilePolicy { return adminapi.FilesFromConfigs(d.runtime.Files().Configs()...) },
+		Control: d.store,
+		Limiter: d.limiter,
+		Files: func() adminapi.FilePolicy {
+			files := d.runtime.Files()
+			fp := adminapi.FilesFromConfigs(files.Configs()...)
+			fp.Envoy = files.Envoy()
+			return fp
+		},
 		PolicyVersion:  d.runtime.PolicyVersion,
 		Applied:        d.runtime.Sync,
 		NodeWindow:     follower.LiveNodeWindow,

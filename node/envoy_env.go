@@ -142,6 +142,10 @@ func readEnvoyEnv(lookup func(string) (string, bool)) (envoySettings, error) {
 		add("shadow", "SLUICE_SHADOW", strconv.FormatBool(b), "SHADOW_MODE")
 	}
 
+	// CONFIG_TYPE=GRPC_XDS_SOTW and its CONFIG_GRPC_XDS_* variables (envoy_xds.go).
+	if err := readEnvoyXDS(&s, get); err != nil {
+		return s, err
+	}
 	s.LimitHeader, s.RemainingHeader, s.ResetHeader = get("LIMIT_LIMIT_HEADER"), get("LIMIT_REMAINING_HEADER"), get("LIMIT_RESET_HEADER")
 	return s, nil
 }

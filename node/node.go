@@ -92,7 +92,9 @@ type Config struct {
 	abuse            abuseFlags
 	tracing          tracingFlags
 	shadow           bool
+	envoyAttributes  string        // --envoy-attributes (envoy_attributes.go)
 	envoy            envoySettings // Envoy's reference service's variables (envoy_env.go)
+	xds              xdsFlags      // --envoy-xds (envoy_xds.go)
 	events           eventsConfig
 	region           regionFlags // serve_region.go
 }
@@ -156,6 +158,8 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.BoolVar(&c.grpcReflection, "grpc-reflection", EnvDefault("SLUICE_GRPC_REFLECTION", "true") != "false", "serve gRPC server reflection, which lets grpcurl and other tools list and call the services without their .proto files; false hides the services' shape from callers (SLUICE_GRPC_REFLECTION)")
 	f.BoolVar(&c.pprof, "pprof", false, "serve Go profiling at /debug/pprof/ on the HTTP address (do not expose publicly) (SLUICE_PPROF=true)")
 	envoyFlags(f, c)
+	c.registerEnvoyAttributes(f)
+	c.xds.register(f)
 	c.region.register(f)
 	cmd.SetUsageFunc(groupedUsage)
 }
@@ -274,7 +278,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if n.serverTLS, err = c.tls.open(log); err != nil {
 		return n, err
 	}
-	if n.src, err = openPolicy(ctx, c.config, log); err != nil {
+	if n.src, err = openPolicySource(ctx, c, log); err != nil {
 		return n, fmt.Errorf("load policy: %w", err)
 	}
 	n.onClose(n.src.close)
@@ -367,6 +371,11 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if c.shadow {
 		opts = append(opts, sluice.WithShadow())
 	}
+	attrs, err := c.envoyAttributesOption()
+	if err != nil {
+		return n, err
+	}
+	opts = append(opts, attrs)
 	if storeName != "memory" {
 		// Rules with on_store_error: local limit in this process while the shared store is
 		// down, each node to its share of the fleet.

@@ -160,17 +160,19 @@ func (s *Snapshot) WithEnvoy(cfg *envoyconf.Config, version string) *Snapshot {
 // the line of the field and the field, joined with errors.Join (at most maxErrors of them).
 func Compile(cfgs ...*Config) (*Snapshot, error) {
 	var errs errorList
-	s := compile(cfgs, &errs)
+	s := compile(cfgs, nil, &errs)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// compile builds the snapshot of cfgs, adding every mistake to errs; the snapshot is
+// compile builds the snapshot of cfgs, with the Envoy-format configuration envoy (nil for
+// none) whose limits overrides may name, adding every mistake to errs; the snapshot is
 // meaningless when errs is not empty.
-func compile(cfgs []*Config, errs *errorList) *Snapshot {
+func compile(cfgs []*Config, envoy *envoyconf.Config, errs *errorList) *Snapshot {
 	b := newBuilder()
+	b.s.envoy = envoy
 	for _, cfg := range cfgs {
 		for i := range cfg.Rules {
 			for _, err := range b.rule(&cfg.Rules[i]) {

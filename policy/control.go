@@ -66,6 +66,7 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 		skipped = append(skipped, &SkippedError{Kind: kind, ID: id, Err: err})
 	}
 	b := newBuilder()
+	b.s.envoy = f.envoy // overrides may name its limits
 	for _, cfg := range f.native {
 		for i := range cfg.Rules {
 			b.rule(&cfg.Rules[i]) // validated by ParseFiles

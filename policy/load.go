@@ -93,6 +93,9 @@ func (f *Files) Snapshot() *Snapshot { return f.snap }
 // API lists file rules, overrides and exemptions with source "file"). Do not modify them.
 func (f *Files) Configs() []*Config { return f.native }
 
+// Envoy returns the files' Envoy-format configuration, nil when they have none.
+func (f *Files) Envoy() *envoyconf.Config { return f.envoy }
+
 // ParseFiles is LoadFiles that keeps the files parsed for CompileWith. It refuses files with
 // any mistake, as LoadFiles does.
 func ParseFiles(files map[string][]byte) (*Files, error) {
@@ -121,7 +124,6 @@ func ParseFiles(files map[string][]byte) (*Files, error) {
 			native = append(native, cfg)
 		}
 	}
-	snap := compile(native, &errs)
 	var cfg *envoyconf.Config
 	if len(envoy) > 0 {
 		var err error
@@ -135,6 +137,7 @@ func ParseFiles(files map[string][]byte) (*Files, error) {
 			}
 		}
 	}
+	snap := compile(native, cfg, &errs)
 	if err := errs.err(); err != nil {
 		return nil, err
 	}

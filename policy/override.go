@@ -142,8 +142,8 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 	if strings.Contains(o.Endpoint, "*") {
 		bad("endpoint", "an override names one endpoint; wildcards belong in rules")
 	}
-	if o.Rule != "" && s.byName[o.Rule] == nil {
-		bad("rule", "no rule named %q", o.Rule)
+	if o.Rule != "" && s.byName[o.Rule] == nil && !s.envoy.NamesLimit(o.Rule) {
+		bad("rule", "no rule named %q (nor an Envoy limit of that name or stat key)", o.Rule)
 	}
 	if o.ExpiresAt.IsZero() {
 		bad("expires_at", "required (RFC 3339, e.g. 2026-12-01T00:00:00Z)")

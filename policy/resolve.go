@@ -289,23 +289,11 @@ func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time
 	}
 	l.Override = o
 	base := l.Spec
-	var limit, burst int64
-	switch o.kind {
-	case overrideBan:
+	if o.kind == overrideBan {
 		l.Banned = true
 		return
-	case overrideMultiplier:
-		// Compile bounds both factors (MaxLimit, maxMultiplier), so the products are exact.
-		// At least 1: a multiplier throttles; rounded down to 0 it would deny every request
-		// as a cost the limit can never admit, a ban under a misleading reason.
-		limit = max(1, int64(math.Floor(float64(base.Limit)*o.value)))
-		burst = max(1, int64(math.Floor(float64(base.Burst)*o.value)))
-	case overrideCustom:
-		limit, burst = o.limit, o.burst
-		if burst == 0 {
-			burst = limit
-		}
 	}
+	limit, burst := o.reshape(base.Limit, base.Burst)
 	spec, err := newSpec(base.Params.Kind, limit, burst, base.Period, base.Soft, base.Hard, base.Params.Calendar(), base.Params.Drains())
 	if err != nil {
 		// An override too large to count exactly keeps the rule's own limit rather than failing
@@ -314,6 +302,24 @@ func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time
 	}
 	sc.specs = append(sc.specs, spec)
 	l.specIndex = int32(len(sc.specs))
+}
+
+// reshape returns the limit and burst that a multiplier or custom override o makes of a
+// limit's.
+func (o *compiledOverride) reshape(limit, burst int64) (int64, int64) {
+	switch o.kind {
+	case overrideMultiplier:
+		// Compile bounds both factors (MaxLimit, maxMultiplier), so the products are exact.
+		// At least 1: a multiplier throttles; rounded down to 0 it would deny every request
+		// as a cost the limit can never admit, a ban under a misleading reason.
+		return max(1, int64(math.Floor(float64(limit)*o.value))), max(1, int64(math.Floor(float64(burst)*o.value)))
+	case overrideCustom:
+		if o.burst == 0 {
+			return o.limit, o.limit
+		}
+		return o.limit, o.burst
+	}
+	return limit, burst
 }
 
 // appendKey appends the bucket key of c for r.

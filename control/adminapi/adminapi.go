@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // Prefix is the path every admin call starts with; mount the Server there.
@@ -57,6 +58,9 @@ type FilePolicy struct {
 	Rules      []policy.Rule
 	Overrides  []policy.Override
 	Exemptions []policy.Exemption
+	// Envoy is the files' Envoy-format configuration, whose limits an override's rule may
+	// name (by rate_limit name or stat key); nil for none.
+	Envoy *envoyconf.Config
 }
 
 // FilesFromConfigs gathers the entries of parsed native policy files, in order.

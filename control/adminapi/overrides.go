@@ -150,9 +150,12 @@ func (s *Server) ruleExists(r *http.Request, name string) error {
 	if _, ok := s.fileRule(name); ok {
 		return nil
 	}
+	if s.files().Envoy.NamesLimit(name) {
+		return nil
+	}
 	_, err := s.store.GetRule(r.Context(), name)
 	if errors.Is(err, control.ErrNotFound) {
-		return &policy.FieldError{Field: "rule", Msg: "no rule with that name"}
+		return &policy.FieldError{Field: "rule", Msg: "no rule with that name, nor an Envoy limit of that name or stat key"}
 	}
 	return err
 }

@@ -40,8 +40,11 @@ type Limit struct {
 	// "message_type=marketing/to_number": key=value for a node with a value, the bare key for a
 	// default, levels joined by '/', with '%', '/', '=' and control bytes percent-escaped. It is
 	// unique within the domain and stable across reloads, so it can name a bucket.
-	ID              string
-	Name            string // rate_limit.name, returned to Envoy as current_limit.name; may be empty
+	ID   string
+	Name string // rate_limit.name, returned to Envoy as current_limit.name; may be empty
+	// StatKey is the reference service's name of the limit in its stats, such as
+	// "messaging.message_type_marketing.to_number" (see StatKey).
+	StatKey         string
 	Unit            string // second, minute, hour, day, week, month or year; empty when Unlimited
 	RequestsPerUnit uint32
 	Unlimited       bool
@@ -93,12 +96,15 @@ type Match struct {
 type Config struct {
 	domains map[string]*domain
 	names   []string
+	// named holds every limit's rate_limit name, stat key and ID: what overrides may name.
+	named map[string]struct{}
 }
 
 type domain struct {
 	file   string // the first file that defined it, for the duplicate-domain error
 	line   int
 	mode   StoreErrorMode // its on_store_error (of that first file, when merged)
+	attrs  AttributeMap   // its files' attributes: mapping, nil when none
 	root   level
 	limits []*Limit
 }
@@ -224,8 +230,12 @@ func (m Match) CounterValues(entries []Entry, f func(key, value string)) {
 // itself replaced (so in a chain a→b→c both b and c drop, and two limits replacing each other
 // both drop). Unlimited limits are never reported replaced: the reference answers them as
 // unlimited before it considers replacement, though their own replaces still count.
-func Replaced(limits []*Limit) []bool {
-	out := make([]bool, len(limits))
+func Replaced(limits []*Limit) []bool { return AppendReplaced(nil, limits) }
+
+// AppendReplaced is Replaced into dst's storage, which it returns resliced to len(limits):
+// a caller that keeps it reuses it.
+func AppendReplaced(dst []bool, limits []*Limit) []bool {
+	out := append(dst[:0], make([]bool, len(limits))...)
 	var replacing map[string]bool
 	for _, l := range limits {
 		if l == nil {

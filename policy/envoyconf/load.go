@@ -63,7 +63,7 @@ const unitList = "second, minute, hour, day, week, month or year"
 // The fields accepted at each level: the reference service's own, plus Sluice's extensions:
 // algorithm and burst inside rate_limit, on_store_error on a domain and on a descriptor.
 var (
-	rootFields       = []string{"domain", "descriptors", "on_store_error"}
+	rootFields       = []string{"domain", "descriptors", "on_store_error", "attributes"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error"}
 	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
@@ -124,7 +124,7 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		}
 		d := c.domains[f.domain]
 		if d == nil {
-			c.domains[f.domain] = &domain{file: name, line: f.line, mode: f.mode, root: f.root, limits: f.limits}
+			c.domains[f.domain] = &domain{file: name, line: f.line, mode: f.mode, attrs: f.attrs, root: f.root, limits: f.limits}
 			c.names = append(c.names, f.domain)
 			continue
 		}
@@ -135,6 +135,11 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		}
 		errs = append(errs, d.root.merge(&f.root, name)...)
 		d.limits = append(d.limits, f.limits...)
+		attrs, err := mergeAttributes(d.attrs, f.attrs)
+		if err != nil {
+			errs = append(errs, &LoadError{name, f.line, "attributes", err.Error()})
+		}
+		d.attrs = attrs
 	}
 	if len(errs) > 0 {
 		if len(errs) > maxErrors {
@@ -143,6 +148,16 @@ func Load(files map[string][]byte, merge bool) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	slices.Sort(c.names)
+	c.named = make(map[string]struct{})
+	for _, d := range c.domains {
+		for _, l := range d.limits {
+			for _, n := range [...]string{l.Name, l.StatKey, l.ID} {
+				if n != "" {
+					c.named[n] = struct{}{}
+				}
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -191,6 +206,7 @@ type fileConfig struct {
 	domain string
 	line   int
 	mode   StoreErrorMode
+	attrs  AttributeMap
 	root   level
 	limits []*Limit
 }
@@ -263,6 +279,8 @@ func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
 			descs = v
 		case "on_store_error":
 			mode = p.storeErrorMode(v, field, mode)
+		case "attributes":
+			f.attrs = p.attributes(v, field)
 		}
 	})
 	if f.domain == "" {
@@ -384,7 +402,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 		if n.limit != nil {
 			l := n.limit
 			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, toMetric, md
-			l.label = l.Domain + "/" + id
+			l.label, l.StatKey = l.Domain+"/"+id, StatKey(l.Domain, id)
 			l.OnStoreError = mode
 			if slices.ContainsFunc(shared, func(s string) bool { return s != "" }) {
 				l.shared = shared

@@ -60,7 +60,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -531,7 +530,7 @@ func (e *envoyKeys) refresh(snap *policy.Snapshot) {
 	}
 	for _, domain := range cfg.Domains() {
 		for _, l := range cfg.Limits(domain) {
-			k := EnvoyStatKey(domain, l.ID)
+			k := l.StatKey
 			// The metrics name a limit by its name when it has one, else by domain/ID.
 			e.keys[domain+"/"+l.ID] = k
 			if _, taken := e.keys[l.Name]; l.Name != "" && !taken {
@@ -539,29 +538,6 @@ func (e *envoyKeys) refresh(snap *policy.Snapshot) {
 			}
 		}
 	}
-}
-
-// EnvoyStatKey is the reference service's stat key of the limit at id in domain: the domain,
-// then each level of the descriptor path as key or key_value, joined by dots.
-// envoyconf.Limit.ID writes levels as key=value joined by '/', with '%', '/' and '=' escaped.
-func EnvoyStatKey(domain, id string) string {
-	parts := strings.Split(id, "/")
-	for i, p := range parts {
-		k, v, hasValue := strings.Cut(p, "=")
-		k, v = unescape(k), unescape(v)
-		if hasValue {
-			k += "_" + v
-		}
-		parts[i] = k
-	}
-	return domain + "." + strings.Join(parts, ".")
-}
-
-func unescape(s string) string {
-	if u, err := url.PathUnescape(s); err == nil {
-		return u
-	}
-	return s
 }
 
 // envoyCounts adds an RLS decision count to the reference service's names.

@@ -480,21 +480,3 @@ descriptors:
 		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
-
-// TestEnvoyStatKey: a limit's ID becomes the reference's key: key_value levels joined by dots,
-// escapes undone.
-func TestEnvoyStatKey(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ domain, id, want string }{
-		{"edge", "client_id", "edge.client_id"},
-		{"edge", "message_type=marketing/to_number", "edge.message_type_marketing.to_number"},
-		{"edge", "path=%2Fapi%2Fv1", "edge.path_/api/v1"},
-		{"edge", "k=a%3Db", "edge.k_a=b"},
-		{"edge", "client_id=batch-*", "edge.client_id_batch-*"},
-	}
-	for _, tc := range tests {
-		if got := statsd.EnvoyStatKey(tc.domain, tc.id); got != tc.want {
-			t.Errorf("EnvoyStatKey(%q, %q) = %q, want %q", tc.domain, tc.id, got, tc.want)
-		}
-	}
-}

@@ -315,14 +315,16 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 }
 
 // Descriptors records an Envoy RLS decision: each descriptor that had a limit of the
-// configuration counts as a result with that descriptor's remote_address as its ip. The
-// results of neighbouring descriptors with the same ip (most requests have one, or none) go
-// in one event: one queue operation for a request, not one per descriptor.
+// configuration counts as a result, under the caller the request's entries name (tenant, user,
+// api_key and ip, Envoy's remote_address included: DescriptorDecision.Caller). An exempt
+// caller's request is not recorded, as a native one is not.
 func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.DescriptorDecision) {
-	if r == nil {
+	if r == nil || d.Exempt {
 		return
 	}
 	var e event
+	caller := d.Caller()
+	e.tenant, e.user, e.apiKey, e.ip, e.endpoint = caller.Tenant, caller.User, caller.APIKey, caller.IP, caller.Endpoint
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if !st.HasLimit || st.Limit == nil || st.Limit.Shadow || i >= len(req.Descriptors) {
@@ -332,18 +334,10 @@ func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.Descript
 		if desc.HasHitsAddend && desc.HitsAddend == 0 {
 			continue // a look
 		}
-		ip := ""
-		for _, en := range desc.Entries {
-			if en.Key == "remote_address" {
-				ip = en.Value
-				break
-			}
-		}
-		if e.n > 0 && (e.n == MaxResults || ip != e.ip) {
+		if e.n == MaxResults {
 			r.send(&e)
 			e.n = 0
 		}
-		e.ip = ip
 		o := allowed
 		if !st.OK {
 			o = denied

@@ -347,9 +347,10 @@ descriptors:
 	}
 }
 
-// TestEnvoyDescriptorsOfOneRequest: a request's descriptors share events by ip (at most
-// MaxResults results each): every limit is counted once, and a violation keeps its own
-// descriptor's remote_address, whichever descriptors come before or after it.
+// TestEnvoyDescriptorsOfOneRequest: a request's descriptors share events (at most MaxResults
+// results each): every limit is counted once, and every violation names the caller the
+// request's entries name (tenant, user, and remote_address as ip), whichever descriptor
+// carried each.
 func TestEnvoyDescriptorsOfOneRequest(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -365,9 +366,9 @@ descriptors:
   - {key: d, rate_limit: {unit: hour, requests_per_unit: 1, name: d}}
   - {key: e, rate_limit: {unit: hour, requests_per_unit: 1, name: e}}
 `, testutil.NewClock())
-	// a's ip is none, the first remote_address's ip is its own, the five after it none.
 	descs := []sluice.Descriptor{desc("a", "1"), desc("remote_address", "203.0.113.9"),
-		desc("b", "1"), desc("c", "1"), desc("d", "1"), desc("e", "1"), desc("a", "2")}
+		desc("b", "1"), desc("c", "1"), desc("d", "1"), desc("e", "1"), desc("a", "2"),
+		{Entries: []envoyconf.Entry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "ann"}}}}
 	var d sluice.DescriptorDecision
 	for range 2 {
 		req := sluice.DescriptorRequest{Domain: "edge", Descriptors: descs}
@@ -394,13 +395,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
+	const tenant, user, ip = "acme", "ann", "203.0.113.9"
 	want := []control.ViolationCount{
-		{Minute: m0, Rule: "a", Denied: 2, Limit: 1},
-		{Minute: m0, Rule: "b", Denied: 1, Limit: 1},
-		{Minute: m0, Rule: "c", Denied: 1, Limit: 1},
-		{Minute: m0, Rule: "d", Denied: 1, Limit: 1},
-		{Minute: m0, Rule: "e", Denied: 1, Limit: 1},
-		{Minute: m0, Rule: "per-ip", IP: "203.0.113.9", Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "a", Tenant: tenant, User: user, IP: ip, Denied: 2, Limit: 1},
+		{Minute: m0, Rule: "b", Tenant: tenant, User: user, IP: ip, Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "c", Tenant: tenant, User: user, IP: ip, Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "d", Tenant: tenant, User: user, IP: ip, Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "e", Tenant: tenant, User: user, IP: ip, Denied: 1, Limit: 1},
+		{Minute: m0, Rule: "per-ip", Tenant: tenant, User: user, IP: ip, Denied: 1, Limit: 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Violations = %+v, want %+v", got, want)

@@ -1,0 +1,158 @@
+package sluice
+
+import (
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/policy/envoyconf"
+)
+
+// envoyAttributeCount is len(envoyconf.Attributes).
+const envoyAttributeCount = 7
+
+// defaultAttributeKeys are the entry keys of envoyconf.Attributes when nothing maps them.
+var defaultAttributeKeys = [envoyAttributeCount]string{"tenant", "user", "api_key", "ip", "endpoint", "method", "tier"}
+
+// attributeKeys returns the entry key of each attribute for domain, and whether Envoy's
+// remote_address still sets ip: a domain's attributes: mapping first, then the Limiter's.
+func (l *Limiter) attributeKeys(domainMap envoyconf.AttributeMap) (keys [envoyAttributeCount]string, remote bool) {
+	keys = defaultAttributeKeys
+	if len(domainMap) == 0 && len(l.envoyAttrs) == 0 {
+		return keys, true
+	}
+	for i, a := range envoyconf.Attributes {
+		if k, ok := domainMap[a]; ok {
+			keys[i] = k
+		} else if k, ok := l.envoyAttrs[a]; ok {
+			keys[i] = k
+		}
+	}
+	return keys, keys[3] == "ip"
+}
+
+// readAttributes fills r with the attributes of descs' entries: for each attribute the first
+// entry of its key, in descriptor order, and Envoy's remote_address for ip when no entry of
+// ip's key came first. keys nil reads each attribute from the entry of its own name.
+func readAttributes(r *policy.Request, descs []Descriptor, keys *[envoyAttributeCount]string, remote bool) {
+	*r = policy.Request{}
+	fields := [envoyAttributeCount]*string{&r.Tenant, &r.User, &r.APIKey, &r.IP, &r.Endpoint, &r.Method, &r.Tier}
+	for i := range descs {
+		for _, e := range descs[i].Entries {
+			j := -1
+			if keys == nil {
+				j = defaultAttribute(e.Key)
+			} else {
+				for k := range keys {
+					if e.Key == keys[k] {
+						j = k
+						break
+					}
+				}
+				if j < 0 && remote && e.Key == "remote_address" {
+					j = 3
+				}
+			}
+			if j >= 0 && *fields[j] == "" {
+				*fields[j] = e.Value
+			}
+		}
+	}
+}
+
+// defaultAttribute is the index in envoyconf.Attributes of the attribute entry key k sets when
+// nothing maps them, or -1.
+func defaultAttribute(k string) int {
+	switch k {
+	case "tenant":
+		return 0
+	case "user":
+		return 1
+	case "api_key":
+		return 2
+	case "ip", "remote_address":
+		return 3
+	case "endpoint":
+		return 4
+	case "method":
+		return 5
+	case "tier":
+		return 6
+	}
+	return -1
+}
+
+// control applies the control plane to an Envoy request before its descriptors are matched
+// (DESIGN.md, "Envoy requests get the whole product"): it reads the request's attributes,
+// applies the identity assignments (an assigned tier replaces the value of the tier entry)
+// and the exemptions, and looks up the overrides whose target the request matches. It returns
+// the descriptors to match, and whether the caller is exempt.
+func (l *Limiter) control(snap *policy.Snapshot, cfg *envoyconf.Config, r *DescriptorRequest, d *DescriptorDecision) ([]Descriptor, bool) {
+	var domainMap envoyconf.AttributeMap
+	if cfg != nil {
+		domainMap = cfg.Attributes(r.Domain)
+	}
+	d.attrKeys, d.remote = l.attributeKeys(domainMap)
+	d.mapped = len(domainMap) > 0 || len(l.envoyAttrs) > 0
+	d.from, d.caller, d.overridden = r.Descriptors, nil, false
+	if !snap.Controls() {
+		return r.Descriptors, false // the attributes are read if Caller asks
+	}
+	keys := d.attrKeys
+	d.readCaller()
+	claimed := d.req.Tier
+	d.caller = snap.Assign(&d.req, &d.assigned)
+	if snap.Exempt(d.caller) {
+		return r.Descriptors, true
+	}
+	d.overridden = snap.MatchEnvoyOverrides(d.caller, &d.scratch)
+	tier := d.caller.Tier
+	if tier == claimed {
+		return r.Descriptors, false
+	}
+	// The assigned tier replaces the value of every tier entry: a client cannot claim a better
+	// tier through a descriptor. The request's descriptors are the caller's: rewritten copies.
+	d.descs = append(d.descs[:0], r.Descriptors...)
+	d.entries, d.rewritten = d.entries[:0], d.rewritten[:0]
+	for i := range d.descs {
+		if !slices.ContainsFunc(d.descs[i].Entries, func(e envoyconf.Entry) bool { return e.Key == keys[6] }) {
+			continue
+		}
+		d.rewritten = append(d.rewritten, i)
+		for _, e := range d.descs[i].Entries {
+			if e.Key == keys[6] {
+				e.Value = tier
+			}
+			d.entries = append(d.entries, e)
+		}
+	}
+	pos := 0
+	for _, i := range d.rewritten {
+		n := len(d.descs[i].Entries)
+		d.descs[i].Entries = d.entries[pos : pos+n : pos+n]
+		pos += n
+	}
+	return d.descs, false
+}
+
+// override returns the override for lim in the request control looked up, reading the clock
+// once per request, on first need.
+func (l *Limiter) override(snap *policy.Snapshot, lim *envoyconf.Limit, now *time.Time, d *DescriptorDecision) (policy.EnvoyOverride, bool) {
+	if !d.overridden {
+		return policy.EnvoyOverride{}, false
+	}
+	if now.IsZero() {
+		*now = l.now()
+	}
+	return snap.EnvoyOverrideFor(lim, *now, &d.scratch)
+}
+
+// readCaller reads the attributes of the request's descriptors into d.req.
+func (d *DescriptorDecision) readCaller() {
+	if d.mapped {
+		readAttributes(&d.req, d.from, &d.attrKeys, d.remote)
+	} else {
+		readAttributes(&d.req, d.from, nil, true)
+	}
+	d.caller = &d.req
+}

@@ -1,0 +1,86 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/policy/envoyconf"
+)
+
+// EnvoyOverride is what an override does to one Envoy-format limit for a request
+// (DESIGN.md, "Envoy requests get the whole product"): a ban, or other parameters.
+type EnvoyOverride struct {
+	Banned bool
+	Until  time.Time // when a ban ends
+	Reason string
+	// Params are the limit's parameters under a multiplier or custom override.
+	Params algorithm.Params
+}
+
+// Controls reports whether the control plane shapes any request of s: an exemption, an
+// override or an identity assignment. An Envoy request of a snapshot without any is decided
+// from its descriptors alone, with no attribute read.
+func (s *Snapshot) Controls() bool {
+	return len(s.shapes) > 0 || s.ids.some || s.exemptions.some
+}
+
+// MatchEnvoyOverrides looks up, into sc, the overrides whose target r matches, for
+// EnvoyOverrideFor to read for each limit of the request. It reports whether there are any.
+func (s *Snapshot) MatchEnvoyOverrides(r *Request, sc *Scratch) bool {
+	sc.ovs, sc.secret = sc.ovs[:0], sc.secret[:0]
+	if len(s.shapes) == 0 {
+		return false
+	}
+	sc.ovs = s.matchOverrides(r, sc.ovs, sc.apiKeyPart)
+	return len(sc.ovs) > 0
+}
+
+// EnvoyOverrideFor returns the override that applies to lim at now among those
+// MatchEnvoyOverrides found: that of the most specific target, where one naming lim (by its
+// rate_limit name, its stat key or its ID) beats one for every limit. A multiplier or custom
+// override too large to count exactly leaves the limit as it is.
+func (s *Snapshot) EnvoyOverrideFor(lim *envoyconf.Limit, now time.Time, sc *Scratch) (EnvoyOverride, bool) {
+	o := findEnvoyOverride(sc.ovs, lim, now)
+	if o == nil || lim.Unlimited {
+		return EnvoyOverride{}, false
+	}
+	base := lim.Params
+	switch o.kind {
+	case overrideBan:
+		return EnvoyOverride{Banned: true, Until: o.expiresAt, Reason: o.Reason}, true
+	case overrideMultiplier, overrideCustom:
+	default:
+		return EnvoyOverride{}, false
+	}
+	limit, burst := o.reshape(base.Limit, base.Burst)
+	p, err := algorithm.NewParams(base.Kind, limit, burst, lim.Period)
+	if err != nil {
+		return EnvoyOverride{}, false
+	}
+	return EnvoyOverride{Reason: o.Reason, Params: p}, true
+}
+
+// findEnvoyOverride is findOverride for an Envoy limit, which overrides name three ways.
+func findEnvoyOverride(lists [][]*compiledOverride, lim *envoyconf.Limit, now time.Time) *compiledOverride {
+	for _, list := range lists {
+		var general *compiledOverride
+		for _, o := range list {
+			if o.kind == overrideWarn || !now.Before(o.expiresAt) {
+				continue
+			}
+			if o.rule == "" {
+				if general == nil {
+					general = o
+				}
+				continue
+			}
+			if o.rule == lim.Name || o.rule == lim.StatKey || o.rule == lim.ID {
+				return o
+			}
+		}
+		if general != nil {
+			return general
+		}
+	}
+	return nil
+}

@@ -462,6 +462,12 @@ func (l *Limiter) degradeOps(ctx context.Context, ops []store.Op, res []algorith
 		if p := sub[j].Params; l.share > 1 {
 			// Each node's part, at least 1 so every node still serves someone.
 			shared, err := algorithm.NewParams(p.Kind, max(1, p.Limit/l.share), max(1, p.Burst/l.share), time.Duration(p.Period)*time.Microsecond)
+			if cal := p.Calendar(); cal != nil && err == nil {
+				shared, err = shared.WithCalendar(cal)
+			}
+			if p.Drains() && err == nil {
+				shared, err = shared.WithDrain()
+			}
 			if err == nil {
 				params[j] = shared
 				sub[j].Params = &params[j]

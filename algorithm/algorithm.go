@@ -82,7 +82,13 @@ func decide(p *Params, s *State, now, cost int64, r *Result) {
 			r.Delay = p.after(nowT, ceilDiv(s.V, p.rate), now)
 		}
 	case FixedWindow:
-		p.fixedWindow(s, now, cost, r)
+		if p.cal != nil {
+			start, end := p.cal.Window(now)
+			p.fixedWindow(s, start, end, now, cost, r)
+		} else {
+			start := p.window(now)
+			p.fixedWindow(s, start, start+p.Period, now, cost, r)
+		}
 	case SlidingWindowCounter:
 		p.slidingCounter(s, now, cost, r)
 	case SlidingWindowLog:
@@ -108,6 +114,10 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 		return p.ticksAt(s.T + ceilDiv(s.V, max(p.rate, 1)))
 	case FixedWindow:
 		s.V += cost
+		if p.cal != nil {
+			_, end := p.cal.Window(now)
+			return end
+		}
 		return s.T + p.Period
 	case SlidingWindowCounter:
 		s.V += cost
@@ -123,6 +133,41 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 		}
 		s.V += cost
 		return now + p.Period
+	}
+	return now
+}
+
+// Drain empties what is left of the limit in s, which Decide brought up to the same now and
+// found denied (on_deny: drain; Params.WithDrain): the buckets are left empty, a fixed window
+// counted full, a log given an entry at now of what it had left. It returns the instant after
+// which s is as good as fresh. A store drains only a binding limit that denied a request
+// waiting could admit (Reason none), after the batch's commits were undone.
+func Drain(p *Params, s *State, now int64) (idleAt int64) {
+	switch p.Kind {
+	case TokenBucket:
+		s.V = 0
+		return p.ticksAt(s.T + ceilDiv(p.capacity, max(p.rate, 1)))
+	case GCRA:
+		if p.rate == 0 {
+			return now
+		}
+		nowT := p.ticks(now)
+		s.T, s.V = nowT+p.capacity/p.rate, p.capacity%p.rate
+		return p.ticksAt(s.T + 1)
+	case LeakyBucket:
+		s.V = p.capacity
+		return p.ticksAt(s.T + ceilDiv(s.V, max(p.rate, 1)))
+	case FixedWindow, SlidingWindowLog:
+		if left := p.Limit - s.V; left > 0 {
+			return Commit(p, s, now, left)
+		}
+		if p.Kind == FixedWindow {
+			_, end := p.fixedBounds(now)
+			return end
+		}
+		if s.Log != nil && len(s.Log.Entries) > 0 {
+			return s.Log.Entries[len(s.Log.Entries)-1].At + p.Period
+		}
 	}
 	return now
 }
@@ -326,8 +371,19 @@ func (p *Params) gcraDebt(s *State, nowT int64) int64 {
 // Unix epoch.
 func (p *Params) window(now int64) int64 { return now - now%p.Period }
 
-func (p *Params) fixedWindow(s *State, now, cost int64, r *Result) {
-	start := p.window(now)
+// fixedBounds returns the fixed window that holds now: epoch-aligned, or the calendar's.
+func (p *Params) fixedBounds(now int64) (start, end int64) {
+	if p.cal != nil {
+		return p.cal.Window(now)
+	}
+	start = p.window(now)
+	return start, start + p.Period
+}
+
+// fixedWindow decides a fixed window of [start, end), which holds now. It takes the bounds
+// rather than finding them so that it stays a leaf (no frame) for epoch windows: a call to
+// the calendar here cost every fixed window ~30 instructions a decision.
+func (p *Params) fixedWindow(s *State, start, end, now, cost int64, r *Result) {
 	if s.T != start {
 		s.T, s.V = start, 0
 	}
@@ -339,12 +395,12 @@ func (p *Params) fixedWindow(s *State, now, cost int64, r *Result) {
 		r.Allowed = true
 		count += cost
 	default:
-		r.RetryAfter = start + p.Period - now
+		r.RetryAfter = end - now
 	}
 	r.Remaining = max(0, p.Limit-count)
 	// The window's end, even for an empty window: callers (and Envoy's duration_until_reset)
 	// read it as when the window turns over.
-	r.ResetAfter = start + p.Period - now
+	r.ResetAfter = end - now
 }
 
 func (p *Params) slidingCounter(s *State, now, cost int64, r *Result) {

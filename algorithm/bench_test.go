@@ -41,3 +41,35 @@ func BenchmarkTake(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCalendar measures a calendar-aligned fixed_window through Take, which finds its
+// window in the calendar's cache, and the window computed from the zone's rules, which
+// happens once per window (and for a node's first request in it).
+func BenchmarkCalendar(b *testing.B) {
+	cal, err := NewCalendar(CalendarDay, "Europe/Berlin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := mustParams(b, FixedWindow, 1_000_000_000, 0, 24*time.Hour).WithCalendar(cal)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("take", func(b *testing.B) {
+		var s State
+		now := base
+		b.ReportAllocs()
+		var r Result
+		for b.Loop() {
+			now += 1000
+			Take(&p, &s, now, 1, &r)
+		}
+	})
+	b.Run("compute", func(b *testing.B) {
+		now := base
+		b.ReportAllocs()
+		for b.Loop() {
+			now += 3_600_000_000
+			cal.window(now)
+		}
+	})
+}

@@ -85,7 +85,43 @@ type Params struct {
 	scale       int64 // s: sub-units per token (bucket algorithms)
 	rate        int64 // q: sub-units refilled per tick (bucket algorithms)
 	capacity    int64 // Burst * scale
+	// cal, when set, aligns a fixed_window to a time zone's calendar (WithCalendar); Period
+	// is then the unit's nominal length, used for nothing the decision depends on.
+	cal *Calendar
+	// drain empties what is left of the limit when it denies a request (on_deny: drain).
+	drain bool
 }
+
+// WithDrain returns p set to drain on deny (Gubernator's DRAIN_OVER_LIMIT): a request this
+// limit denies empties what is left of it (Drain), so a client that bursts past the limit
+// waits for a full refill. The bucket algorithms, fixed_window and sliding_window_log take it.
+func (p Params) WithDrain() (Params, error) {
+	if p.Kind == SlidingWindowCounter || p.Kind == 0 || int(p.Kind) >= len(kindNames) {
+		return Params{}, fmt.Errorf("%w: on_deny drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", ErrParams, p.Kind)
+	}
+	p.drain = true
+	return p, nil
+}
+
+// Drains reports whether p drains on deny (WithDrain).
+func (p *Params) Drains() bool { return p.drain }
+
+// WithCalendar returns p, a fixed_window, with its windows aligned to cal rather than to the
+// Unix epoch; Period becomes the unit's nominal length (1d, 7d, 30d, 365d).
+func (p Params) WithCalendar(cal *Calendar) (Params, error) {
+	if p.Kind != FixedWindow {
+		return Params{}, fmt.Errorf("%w: calendar windows apply only to fixed_window, not %s", ErrParams, p.Kind)
+	}
+	if cal == nil {
+		return Params{}, fmt.Errorf("%w: nil calendar", ErrParams)
+	}
+	p.cal, p.Period = cal, cal.unit.Nominal().Microseconds()
+	p.periodTicks = p.Period / p.tick
+	return p, nil
+}
+
+// Calendar returns the calendar p's windows are aligned to, or nil for epoch-aligned windows.
+func (p *Params) Calendar() *Calendar { return p.cal }
 
 // NewParams validates and derives the parameters of a limit of n per period with burst b (b <= 0
 // takes n). Time is counted in the finest tick (1 µs, else 10 µs, ...) that keeps the

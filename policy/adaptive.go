@@ -111,7 +111,7 @@ type adaptedSpecs struct {
 func adaptSpec(s *Spec, t int64) *Spec {
 	limit := s.Limit * (2*trustUnit + t) / (2 * trustUnit)
 	burst := s.Burst * (trustUnit + t) / trustUnit
-	spec, err := newSpec(s.Params.Kind, limit, burst, s.Period, s.Soft, s.Hard)
+	spec, err := newSpec(s.Params.Kind, limit, burst, s.Period, s.Soft, s.Hard, s.Params.Calendar(), s.Params.Drains())
 	if err != nil {
 		return nil
 	}

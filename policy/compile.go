@@ -115,7 +115,10 @@ func (s *Spec) Nominal() int64 {
 // newSpec derives the effective parameters: the hard threshold scales limit and burst. limit
 // and burst are at most algorithm.MaxLimit and hard at most maxHard, so the products stay far
 // inside int64; newSpec checks it again because overrides reach it at run time.
-func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft, hard int64) (Spec, error) {
+// A calendar (nil for none) aligns a fixed_window's windows to it; period is then its nominal
+// length.
+// drain sets on_deny: drain.
+func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft, hard int64, cal *algorithm.Calendar, drain bool) (Spec, error) {
 	if burst <= 0 || !kind.IsBucket() {
 		burst = limit
 	}
@@ -123,6 +126,12 @@ func newSpec(kind algorithm.Kind, limit, burst int64, period time.Duration, soft
 		return Spec{}, fmt.Errorf("%w: limit %d, burst %d, hard %d out of range", algorithm.ErrParams, limit, burst, hard)
 	}
 	p, err := algorithm.NewParams(kind, limit*hard/100, burst*hard/100, period)
+	if err == nil && cal != nil {
+		p, err = p.WithCalendar(cal)
+	}
+	if err == nil && drain {
+		p, err = p.WithDrain()
+	}
 	return Spec{Limit: limit, Burst: burst, Period: period, Soft: soft, Hard: hard, Params: p}, err
 }
 
@@ -365,9 +374,16 @@ func checkCount(field string, v int64) error {
 	return nil
 }
 
+// errCalendar marks a period that compileCalendar or calendars.period already reported.
+var errCalendar = errors.New("calendar period")
+
 // checkPeriod reports a period outside [algorithm.MinPeriod, algorithm.MaxPeriod] or not a
 // whole number of microseconds, the unit the algorithms count in.
 func checkPeriod(field string, d time.Duration) error {
+	if d == PeriodMonth || d == PeriodYear {
+		text, _ := Duration(d).MarshalText()
+		return &FieldError{Field: field, Msg: fmt.Sprintf("%s is a calendar period: it needs calendar (a time zone) on a fixed_window rule", text)}
+	}
 	if d < algorithm.MinPeriod || d > algorithm.MaxPeriod {
 		return &FieldError{Field: field, Msg: fmt.Sprintf("must be from %s to %dd (e.g. 1s, 1m, 1h, 1d), got %s", algorithm.MinPeriod, algorithm.MaxPeriod/(24*time.Hour), d)}
 	}
@@ -424,6 +440,18 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		bad("adaptive", "%q is not trust", r.Adaptive)
 	}
 	c.regions, c.home = compileRegions(r.Name, r.Regions, kind, bad)
+	drain := false
+	switch r.OnDeny {
+	case "":
+	case "drain":
+		drain = true
+		if kind == algorithm.SlidingWindowCounter {
+			bad("on_deny", "drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", kind)
+			drain = false
+		}
+	default:
+		bad("on_deny", "%q is not drain", r.OnDeny)
+	}
 	if r.Escalation != nil {
 		esc, eerrs := compileEscalation(r.Name, r.Escalation)
 		errs = append(errs, eerrs...)
@@ -438,12 +466,24 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	check(limitOK)
 	period := time.Duration(r.Period)
 	periodOK := error(nil)
-	if period == 0 {
+	cals := compileCalendar(r, kind, bad)
+	var cal *algorithm.Calendar
+	switch {
+	case period == 0:
 		periodOK = &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)", ifGiven: checkPeriod("period", 0).(*FieldError).Msg}
-	} else {
+	case cals != nil:
+		var ok bool
+		if cal, period, ok = cals.period("period", period, bad); !ok {
+			periodOK = errCalendar
+		}
+	case r.Calendar.Zone() != "":
+		periodOK = errCalendar // compileCalendar reported it
+	default:
 		periodOK = checkPeriod("period", period)
 	}
-	check(periodOK)
+	if periodOK != errCalendar {
+		check(periodOK)
+	}
 	var burst int64
 	burstOK := error(nil)
 	if r.Burst != nil {
@@ -472,7 +512,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	// The spec needs every number above; a mistake in one is reported once, where it is.
 	numbersOK := kind != 0 && limitOK == nil && periodOK == nil && burstOK == nil
 	if numbersOK {
-		spec, err := newSpec(kind, r.Limit, burst, period, soft, hard)
+		spec, err := newSpec(kind, r.Limit, burst, period, soft, hard, cal, drain)
 		if err != nil {
 			check(specError(err, r.Limit, burst, hard, ""))
 		}
@@ -494,7 +534,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 			bad(path, "sets none of limit, burst and period")
 			continue
 		}
-		limit, tburst, tp := r.Limit, burst, period
+		limit, tburst, tp, tcal := r.Limit, burst, period, cal
 		tierOK := true
 		if t.Limit != nil {
 			// A tier's own limit takes its own burst: the rule's burst was sized for its limit.
@@ -516,7 +556,11 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		}
 		if t.Period != nil {
 			tp = time.Duration(*t.Period)
-			if err := checkPeriod(path+".period", tp); err != nil {
+			if cals != nil {
+				var ok bool
+				tcal, tp, ok = cals.period(path+".period", tp, bad)
+				tierOK = tierOK && ok
+			} else if err := checkPeriod(path+".period", tp); err != nil {
 				check(err)
 				tierOK = false
 			}
@@ -524,7 +568,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		if !tierOK || !numbersOK {
 			continue
 		}
-		spec, err := newSpec(kind, limit, tburst, tp, soft, hard)
+		spec, err := newSpec(kind, limit, tburst, tp, soft, hard, tcal, drain)
 		if err != nil {
 			check(specError(err, limit, tburst, hard, path+"."))
 			continue

@@ -53,6 +53,12 @@ type Rule struct {
 	// Regions is "global" for one limit across all regions, "home:NAME" for a limit decided
 	// in region NAME only, or empty for a limit per region (docs/architecture.md, Regions).
 	Regions string `yaml:"regions" json:"regions,omitempty"`
+	// Calendar aligns a fixed_window to the calendar of a time zone (period 1d, 1w, 1mo or 1y;
+	// docs/architecture.md, Calendar windows); see Calendar.
+	Calendar Calendar `yaml:"calendar" json:"calendar,omitempty"`
+	// OnDeny "drain" empties what is left of the limit when it denies a request (Gubernator's
+	// DRAIN_OVER_LIMIT); empty for none. Buckets, fixed_window and sliding_window_log.
+	OnDeny string `yaml:"on_deny" json:"on_deny,omitempty"`
 }
 
 // Escalation penalizes a caller (an API key, or a user of a tenant) that sends more than
@@ -114,7 +120,8 @@ type Exemption struct {
 	IP     string `yaml:"ip" json:"ip,omitempty"` // address or CIDR
 }
 
-// Duration is a time.Duration written as "500ms", "1s", "1m", "1h" or "1d".
+// Duration is a time.Duration written as "500ms", "1s", "1m", "1h", "1d" or "1w", or one of the
+// calendar periods "1mo" and "1y" (PeriodMonth, PeriodYear).
 type Duration time.Duration
 
 // ParseDuration reads a Duration; it adds the "d" (24 h) unit to time.ParseDuration.
@@ -137,7 +144,7 @@ func ParseDuration(s string) (time.Duration, error) {
 // decoder go on with the rest of the file (any other error stops it), so that one run reports
 // every mistake; ParseConfig reports it with its field and line.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseDuration(n.Value)
+	v, err := parsePeriod(n.Value)
 	if err != nil {
 		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
@@ -147,7 +154,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // UnmarshalText reads a duration string, for JSON and flags.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := ParseDuration(string(b))
+	v, err := parsePeriod(string(b))
 	*d = Duration(v)
 	return err
 }
@@ -157,6 +164,12 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // other durations as time.Duration prints them.
 func (d Duration) MarshalText() ([]byte, error) {
 	v := time.Duration(d)
+	switch v {
+	case PeriodMonth:
+		return []byte("1mo"), nil
+	case PeriodYear:
+		return []byte("1y"), nil
+	}
 	for _, u := range []struct {
 		unit time.Duration
 		name string
@@ -254,8 +267,8 @@ func (fc *fieldChecker) check(n *yaml.Node, t reflect.Type, path string) {
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 			return
 		}
-		if _, err := ParseDuration(n.Value); err != nil || n.Kind != yaml.ScalarNode {
-			bad(fmt.Sprintf("invalid duration %q (use e.g. 100ms, 1s, 1m, 1h, 1d)", n.Value))
+		if _, err := parsePeriod(n.Value); err != nil || n.Kind != yaml.ScalarNode {
+			bad(fmt.Sprintf("invalid duration %q (use e.g. 100ms, 1s, 1m, 1h, 1d, 1w; 1mo and 1y with calendar)", n.Value))
 		}
 		return
 	case reflect.TypeFor[time.Time]():

@@ -259,7 +259,8 @@ var ruleDecodeOptions = jsonv2.JoinOptions(
 
 // ParseRule reads an API rule: body is the rule as JSON with the fields of the native YAML
 // (name, match, key, algorithm, limit, period, burst, soft, hard, tiers, shadow,
-// on_store_error, escalation, adaptive). The name is name; a "name" in body must be the same.
+// on_store_error, escalation, adaptive, regions, calendar, on_deny). The name is name; a "name"
+// in body must be the same.
 // It validates the rule as Compile validates a file's, and returns every mistake as a
 // *FieldError naming the field (joined with errors.Join).
 func ParseRule(name string, body []byte) (Rule, error) {

@@ -294,7 +294,7 @@ func (s *Snapshot) applyOverride(l *Limit, lists [][]*compiledOverride, now time
 		return
 	}
 	limit, burst := o.reshape(base.Limit, base.Burst)
-	spec, err := newSpec(base.Params.Kind, limit, burst, base.Period, base.Soft, base.Hard)
+	spec, err := newSpec(base.Params.Kind, limit, burst, base.Period, base.Soft, base.Hard, base.Params.Calendar(), base.Params.Drains())
 	if err != nil {
 		// An override too large to count exactly keeps the rule's own limit rather than failing
 		// every request; Compile cannot see this because it depends on the tier.

@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	// The zone rules calendar windows need (policy: calendar), built in so that an image
+	// without /usr/share/zoneinfo (scratch) decides them as the others do.
+	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
 

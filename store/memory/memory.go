@@ -292,6 +292,7 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			}
 			ps[i].dirty = false
 		}
+		s.drain(ops, ps, results, now)
 	}
 	changed := false
 	for i := range ops {
@@ -333,6 +334,10 @@ func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
 		}
 		e.load(op.Params.Kind, now, &st)
 		idle, committed := algorithm.Take(op.Params, &st, now, op.Cost, res)
+		if !committed && drains(op, res) {
+			idle, committed = max(e.idleAt, algorithm.Drain(op.Params, &st, now)), true
+			algorithm.DecideInto(op.Params, &st, now, op.Cost, res)
+		}
 		if committed {
 			e.save(&st, idle)
 		}
@@ -341,6 +346,34 @@ func (s *Store) applyOne(op *store.Op, res *algorithm.Result, now int64) {
 			s.markChanged()
 		}
 		return
+	}
+}
+
+// drains reports whether op, whose result is r, drains: a binding limit set to drain on deny
+// that denied a request waiting could admit. A key the store does not hold never does: a
+// fresh limit denies only a cost it can never admit.
+func drains(op *store.Op, r *algorithm.Result) bool {
+	return !r.Allowed && r.Reason == algorithm.ReasonNone && op.Params.Drains() && op.Binding()
+}
+
+// drain empties the limits of a denied batch that drain on deny (algorithm.Drain), after the
+// batch's commits were undone, and reports each as the drained state decides.
+func (s *Store) drain(ops []store.Op, ps []pending, results []algorithm.Result, now int64) {
+	for i := range ops {
+		if !drains(&ops[i], &results[i]) {
+			continue
+		}
+		root := &ps[i]
+		if root.alias >= 0 {
+			root = &ps[root.alias]
+		}
+		if root.e == nil {
+			continue // a fresh key (see drains)
+		}
+		st := stateOf(ps, i)
+		idle := algorithm.Drain(ops[i].Params, st, now)
+		root.dirty, root.idleAt = true, max(root.idleAt, root.e.idleAt, idle)
+		algorithm.DecideInto(ops[i].Params, st, now, ops[i].Cost, &results[i])
 	}
 }
 

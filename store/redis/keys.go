@@ -191,6 +191,9 @@ type opKey struct {
 	params algorithm.Params
 	cost   int64
 	mode   int8
+	// bounds is a calendar window's table (nil for others): a new one each window, so the
+	// string of the window before is not reused.
+	bounds *algorithm.CalendarBounds
 }
 
 // opEntry is an op string and the op it was made of.
@@ -208,17 +211,36 @@ func (k *opKey) set() int {
 	return int((h ^ h>>29) & (opCacheSize - 2))
 }
 
+// nodeNow is the clock calendar bounds are computed around: the test clock when there is one,
+// else this node's wall clock. Redis TIME decides; the bounds only need to hold it, and they
+// span a whole window either side (algorithm.CalendarBounds).
+func (s *Store) nodeNow() int64 {
+	switch {
+	case s.calClock != nil:
+		return s.calClock()
+	case s.now != nil:
+		return s.now()
+	}
+	return time.Now().UnixMicro()
+}
+
 // opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
-// its mode (0 binding, 1 shadow, 2 counter) in one string, formatted once per distinct op.
+// its mode (0 binding, 1 shadow, 2 counter, 3 binding that drains on deny) in one string, formatted once per distinct op;
+// then, for a calendar window, the four bounds of its table (algorithm.CalendarBounds).
 // One string rather than three: each ARGV value costs Redis a string object and a Lua string,
 // and the script one more conversion.
 func (s *Store) opString(op *store.Op) string {
 	k := opKey{params: *op.Params, cost: op.Cost}
+	if cal := op.Params.Calendar(); cal != nil {
+		k.bounds = cal.Bounds(s.nodeNow())
+	}
 	switch {
 	case op.Counter:
 		k.mode = 2
 	case op.Shadow:
 		k.mode = 1
+	case op.Params.Drains():
+		k.mode = 3 // binding, and drains on deny
 	}
 	set := s.ops[k.set():][:2]
 	for i := range set {
@@ -234,6 +256,12 @@ func (s *Store) opString(op *store.Op) string {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, v, 10)
+	}
+	if k.bounds != nil {
+		for _, v := range k.bounds.B {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, v, 10)
+		}
 	}
 	str := string(b)
 	set[1].Store(set[0].Load()) // the newest first; racing stores lose an entry, never mix one

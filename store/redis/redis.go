@@ -84,8 +84,11 @@ type Store struct {
 	functions bool         // FCALL the library rather than EVALSHA the scripts
 	scripts   bool         // WithScripts: never load the library
 	now       func() int64 // tests only: pass the time instead of Redis TIME
-	timeout   time.Duration
-	ops       [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.set (see opString)
+	// calClock is the node's clock (µs) that calendar windows' bounds are computed around
+	// (see opString); nil is now's, else the wall clock. Tests set it to skew the node.
+	calClock func() int64
+	timeout  time.Duration
+	ops      [opCacheSize]atomic.Pointer[opEntry] // op strings by opKey.set (see opString)
 
 	calls   sync.Pool    // *call, so that a guarded round trip allocates nothing
 	waiting atomic.Int64 // calls inside rueidis, abandoned ones included (see do)
@@ -372,8 +375,9 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	}
 	if reused {
 		// The key holds another request's record (on a Cluster, at least on the key's own
-		// slot): this request consumes nothing, so slots that decided it give back.
-		s.refund(ctx, deadline, b, groups, nows, results, fresh)
+		// slot): this request consumes nothing, so slots that decided it give back, what
+		// counters counted included (the request was refused, not denied).
+		s.refund(ctx, deadline, b, groups, nows, results, fresh, true)
 		return false, store.ErrIdempotencyMismatch
 	}
 	if failure != nil {
@@ -386,7 +390,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 			}
 		}
 		if len(groups) > 1 {
-			s.refund(ctx, deadline, b, groups, nows, results, fresh)
+			s.refund(ctx, deadline, b, groups, nows, results, fresh, false)
 		}
 		if !denied {
 			return false, failure // undecided: the caller follows on_store_error
@@ -405,37 +409,50 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	if denied && len(groups) > 1 {
 		// A failed refund leaves the others' units consumed (quota lost, never double
 		// granted); the request is denied all the same.
-		s.refund(ctx, deadline, b, groups, nows, results, fresh)
+		s.refund(ctx, deadline, b, groups, nows, results, fresh, false)
 	}
 	return replayed, nil
 }
 
 // refund gives back what the groups decided now consumed, when another group denied or the
 // request cannot stand, and drops the idempotency records they wrote: only an allowed request
-// is remembered.
-func (s *Store) refund(ctx context.Context, deadline time.Time, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, fresh []bool) error {
-	// A group that denied rolled itself back inside its script and wrote no record, and one
-	// that replayed or did not answer consumed nothing here: only groups that committed have
-	// anything to give back.
+// is remembered. refused is set for a request refused for reusing an idempotency key: it did
+// not happen at all, so counters give back what they counted too (as the memory store, which
+// refuses it before deciding anything).
+func (s *Store) refund(ctx context.Context, deadline time.Time, b *store.Batch, groups []group, nows []int64, results []algorithm.Result, fresh []bool, refused bool) error {
+	// A group that denied rolled itself back inside its script, counters apart, and wrote no
+	// record, and one that replayed or did not answer consumed nothing here: only groups that
+	// committed have anything to give back, and denied ones their counters' counts.
 	var execs []rueidis.LuaExec
 	var committed []int
 	for gi := range groups {
 		g := &groups[gi]
-		ok := fresh[gi]
+		if !fresh[gi] {
+			continue
+		}
+		denied, counted := false, false
 		for _, i := range g.ops {
 			if !results[i].Allowed && b.Ops[i].Binding() {
-				ok = false
+				denied = true
+			}
+			if b.Ops[i].Counter && results[i].Allowed && b.Ops[i].Cost > 0 {
+				counted = true
 			}
 		}
-		if !ok {
+		if denied && !(refused && counted) {
 			continue
 		}
 		keys := make([]string, 0, 2*len(g.ops)+1)
 		args := append(make([]string, 0, 2+len(g.ops)), strconv.FormatInt(nows[gi], 10), strconv.Itoa(len(g.ops)))
 		for _, i := range g.ops {
 			op := b.Ops[i] // a copy: its cost becomes what to give back
-			if !results[i].Allowed || op.Counter {
+			switch {
+			case !results[i].Allowed:
+				op.Cost = 0
+			case op.Counter && !refused:
 				op.Cost = 0 // a counter keeps what it counted, whatever the request's fate
+			case !op.Counter && denied:
+				op.Cost = 0 // rolled back by its own script
 			}
 			state := s.key(op.Key)
 			keys = append(keys, state, state+":log")

@@ -76,7 +76,10 @@ func limits(t testing.TB) []limit {
 			ls = append(ls, limit{key: k, params: p, counter: counter})
 		}
 	}
-	return ls
+	// Calendar windows and limits that drain on deny too: refunds, idempotency and a
+	// Cluster's slots treat them as any op.
+	ls = append(ls, calendarLimits(t)...)
+	return append(ls, drainLimits(t)...)
 }
 
 // differential sends the same random traffic through the memory store and st at the same

@@ -87,6 +87,36 @@ local function undo_ops(n, counters)
   end
 end
 
+-- drain_state is algorithm.Drain: it empties what is left of p's limit in s, which decide
+-- brought up to now and found denied, and returns when s is as good as fresh.
+local function drain_state(p, s, now)
+  local kind = p.kind
+  if kind == TOKEN_BUCKET then
+    s.v = 0
+    return (s.t + ceil_div(p.capacity, imax(p.rate, 1))) * p.tick
+  elseif kind == GCRA then
+    if p.rate == 0 then return now end
+    local now_t = ticks(p, now)
+    s.t, s.v = now_t + idiv(p.capacity, p.rate), imod(p.capacity, p.rate)
+    return (s.t + 1) * p.tick
+  elseif kind == LEAKY_BUCKET then
+    s.v = p.capacity
+    return (s.t + ceil_div(s.v, imax(p.rate, 1))) * p.tick
+  elseif kind == FIXED_WINDOW or kind == SLIDING_WINDOW_LOG then
+    local left = p.limit - s.v
+    if left > 0 then return p.commit(p, s, now, left) end
+    if kind == FIXED_WINDOW then
+      if p.bounds then
+        local _, stop = calendar_window(p, now)
+        return stop
+      end
+      return s.t + p.period
+    end
+    if #s.log >= s.head then return s.log[#s.log][1] + p.period end
+  end
+  return now
+end
+
 -- rollback undoes what the batch that just failed had committed, so that the call's states,
 -- written at its end, hold none of it: a failed batch consumes nothing.
 local function rollback()
@@ -189,6 +219,18 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
           local s = op_s[i]
           s.idle = imax(s.idle, op_idle[i])
         end
+      end
+    end
+    -- on_deny: drain, once the commits are undone, so that the drain stands: a binding op
+    -- that denied a request waiting could admit empties what is left of its limit and
+    -- reports the drained state (as store/memory's drain).
+    for i = 1, n do
+      local p, r = op_p[i], op_r[i]
+      if p.drains and not r.allowed and r.reason == REASON_NONE then
+        local s = op_s[i]
+        s.idle = imax(s.idle, drain_state(p, s, now))
+        s.dirty = true
+        p.decide(p, s, now, p.cost, r)
       end
     end
   end

@@ -1,9 +1,16 @@
 -- fixed_window.lua: the twin of algorithm.Decide/Commit for fixed_window.
--- State: t = window start (µs), v = count.
+-- State: t = window start (µs), v = count. A calendar window (p.bounds set) takes its start and
+-- end from calendar_window; the others are aligned to the epoch.
 
 algorithms[FIXED_WINDOW] = {
   decide = function(p, s, now, cost, r)
-    local start = window(p, now)
+    local start, stop
+    if p.bounds then
+      start, stop = calendar_window(p, now)
+    else
+      start = window(p, now)
+      stop = start + p.period
+    end
     if s.t ~= start then s.t, s.v = start, 0 end
     clear_result(r)
     local count = s.v
@@ -13,14 +20,18 @@ algorithms[FIXED_WINDOW] = {
       r.allowed = true
       count = count + cost
     else
-      r.retry = start + p.period - now
+      r.retry = stop - now
     end
     r.remaining = imax(0, p.limit - count)
-    r.reset = start + p.period - now
+    r.reset = stop - now
     return r
   end,
   commit = function(p, s, now, cost)
     s.v = s.v + cost
+    if p.bounds then
+      local _, stop = calendar_window(p, now)
+      return stop
+    end
     return s.t + p.period
   end,
 }

@@ -102,6 +102,18 @@ end
 -- imod, written out: a call less on every window op).
 local function window(p, now) return now - now % p.period end
 
+-- calendar_window is the start and end (µs) of the calendar window that holds now, picked from
+-- the op's bounds b (algorithm.CalendarBounds: the previous, current and next windows, computed
+-- in Go from the time zone's rules around the node's clock). A node whose clock is more than a
+-- window off Redis's sends bounds that miss now: an error, never a wrong window.
+local function calendar_window(p, now)
+  local b = p.bounds
+  for i = 1, 3 do
+    if b[i] <= now and now < b[i + 1] then return b[i], b[i + 1] end
+  end
+  error(string.format('sluice: calendar window bounds %d..%d do not hold now %d (node clock far from Redis TIME)', b[1], b[4], now))
+end
+
 -- NO_LOG is the log of every state but sliding_window_log's: always empty, never written.
 local NO_LOG = {}
 
@@ -181,13 +193,15 @@ end
 
 -- MODE_BINDING, MODE_SHADOW, MODE_COUNTER are an op's modes: a binding op's denial denies its
 -- batch; a shadow op never does; a counter never denies, and keeps what it allowed whatever
--- the others decide.
-local MODE_BINDING, MODE_SHADOW, MODE_COUNTER = 0, 1, 2
+-- the others decide. MODE_DRAIN is sent for a binding op that drains on deny; parse_op reads
+-- it as MODE_BINDING with p.drains set.
+local MODE_BINDING, MODE_SHADOW, MODE_COUNTER, MODE_DRAIN = 0, 1, 2, 3
 
 local algorithms = {}
 
 -- parse_op reads an op, sent as one string
--- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity,cost,mode". Loaded as
+-- "kind,limit,burst,period,tick,tick_exp,period_ticks,scale,rate,capacity,cost,mode", and for a
+-- calendar fixed_window four bounds more (see calendar_window), kept as p.bounds. Loaded as
 -- a Redis Function, the library keeps the parsed tables across calls: a policy has few distinct
 -- limits, and most requests cost 1, so a call finds its ops here rather than converting a
 -- dozen numbers each. The table also holds the op's algorithm's decide and commit and how many
@@ -198,11 +212,16 @@ local function parse_op(str)
   if p then return p end
   local v = {}
   for x in string.gmatch(str, '[^,]+') do v[#v + 1] = tonumber(x) end
-  if #v ~= 12 or not algorithms[v[1]] then error('sluice: bad op ' .. str) end
+  local calendar = #v == 16 and v[1] == FIXED_WINDOW
+  if (#v ~= 12 and not calendar) or not algorithms[v[1]] then error('sluice: bad op ' .. str) end
+  -- Mode 3 is a binding op that drains on deny (see drain in batch.lua).
+  local mode, drains = v[12], v[12] == MODE_DRAIN
+  if drains then mode = MODE_BINDING end
   p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
-        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = v[12],
+        period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = mode, drains = drains,
         decide = algorithms[v[1]].decide, commit = algorithms[v[1]].commit,
         nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
+  if calendar then p.bounds = { v[13], v[14], v[15], v[16] } end
   if op_cache_size >= 10000 then op_cache, op_cache_size = {}, 0 end
   op_cache[str], op_cache_size = p, op_cache_size + 1
   return p

@@ -22,6 +22,7 @@ local function refund(KEYS, ARGV)
     if cost > 0 and redis.call('EXISTS', key) == 1 then
       local inc = cost * p.scale
       local start = window(p, now)
+      if p.bounds then start = calendar_window(p, now) end
       local changed = true
       if p.kind == TOKEN_BUCKET and s.w == fingerprint(p) then
         s.v = imin(p.capacity, s.v + inc)

@@ -412,6 +412,11 @@ func (e *entry) load(kind algorithm.Kind, now int64, st *algorithm.State) {
 		e.t, e.v, e.w, e.idleAt, e.log = 0, 0, 0, 0, nil // as good as fresh
 	}
 	st.T, st.V, st.W = e.t, e.v, e.w
+	if kind == algorithm.SlidingWindowCounter {
+		// A counter's Decide only reads its buckets, and Commit changes them where Undo can
+		// put them back: the copy shares them, with no allocation.
+		st.Log = e.log
+	}
 	if kind == algorithm.SlidingWindowLog && e.log != nil {
 		// The working copy gets its own header: Decide prunes by reslicing it, which must
 		// not reach the stored log unless the batch commits. (Commit's in-place merge into

@@ -120,6 +120,36 @@ local function number(str)
   return x
 end
 
+-- A sliding_window_counter's buckets (algorithm.Bucket) follow its t:v:w after a colon, as
+-- "tick_exp;first,last,count;...", oldest first, ticks absolute. In s they are the arrays bf,
+-- bl, bc (first, last, count) of s.bn buckets, counted in ticks of 10^s.bexp µs.
+local function load_buckets(s, rest)
+  local bf, bl, bc = s.bf, s.bl, s.bc
+  if not bf then
+    bf, bl, bc = {}, {}, {}
+    s.bf, s.bl, s.bc = bf, bl, bc
+  end
+  local n, exp = 0, nil
+  for part in string.gmatch(rest, '[^;]+') do
+    if exp == nil then
+      exp = tonumber(part)
+    else
+      local f, l, c = string.match(part, '^([^,]*),([^,]*),(.*)$')
+      n = n + 1
+      bf[n], bl[n], bc[n] = tonumber(f), tonumber(l), tonumber(c)
+    end
+  end
+  s.bn, s.bexp = n, exp
+end
+
+local function bucket_string(s)
+  local out = { string.format('%d', s.bexp) }
+  for i = 1, s.bn do
+    out[i + 1] = string.format('%d,%d,%d', s.bf[i], s.bl[i], s.bc[i])
+  end
+  return table.concat(out, ';')
+end
+
 -- load_state reads a key's state into s (a table of the caller's, every field overwritten),
 -- stored as the string "t:v:w" (one GET is several times cheaper inside a script than a
 -- hash's HMGET), and for sliding_window_log the entries of its log list ("at:cost"
@@ -127,12 +157,14 @@ end
 local function load_state(key, log_key, kind, s)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
+  s.bn, s.bexp = 0, 0
   local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers
     -- still fails, at its first use as a number.
-    local t, v, w = string.match(raw, '^([^:]*):([^:]*):(.*)$')
+    local t, v, w, rest = string.match(raw, '^([^:]*):([^:]*):([^:]*):?(.*)$')
     s.t, s.v, s.w = number(t), number(v), number(w)
+    if kind == SLIDING_WINDOW_COUNTER and rest ~= '' then load_buckets(s, rest) end
   end
   if kind == SLIDING_WINDOW_LOG then
     s.log = {}
@@ -164,7 +196,7 @@ end
 -- one written before in none of them (every fresh key of a window holds its start, 1 and 0).
 local saved_t, saved_v, saved_w, saved_value = nil, nil, nil, nil
 
--- save_state writes t:v:w, expiring at expire (ms, a string) or keeping the key's TTL.
+-- save_state writes t:v:w (and a counter's buckets), expiring at expire (ms, a string) or keeping the key's TTL.
 local function save_state(s, expire)
   local t, v, w = s.t, s.v, s.w
   if t ~= saved_t or v ~= saved_v or w ~= saved_w then
@@ -172,6 +204,9 @@ local function save_state(s, expire)
     saved_value = decimal(t) .. ':' .. decimal(v) .. ':' .. decimal(w)
   end
   local value = saved_value
+  if s.kind == SLIDING_WINDOW_COUNTER and s.bn > 0 then
+    value = value .. ':' .. bucket_string(s)
+  end
   if expire then
     call('SET', s.key, value, 'PXAT', expire)
   else

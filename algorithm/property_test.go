@@ -156,8 +156,8 @@ func checkBound(t *testing.T, k Kind, p Params, admitted []request) {
 // TestSlidingCounterError measures how far the sliding window counter strays from the exact
 // log on the same traffic: the share of decisions that differ, and the worst excess admitted
 // in any true sliding window, as a share of the limit. The traffic runs at the limit on
-// average, the worst case for an estimate; the test reports the figures (go test -v -run
-// SlidingCounterError) and fails only on gross error.
+// average; the test reports the figures (go test -v -run SlidingCounterError) and holds the
+// excess to the bound of the buckets, 5% of the limit (TestCounterAccuracy has the rest).
 func TestSlidingCounterError(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -200,7 +200,7 @@ func TestSlidingCounterError(t *testing.T) {
 	share := float64(differ) / float64(decisions)
 	t.Logf("sliding_window_counter vs sliding_window_log: %.3f%% of %d decisions differ; worst excess in a true window %.1f%% of the limit",
 		100*share, decisions, 100*worstExcess)
-	if share > 0.10 || worstExcess > 0.20 {
+	if share > 0.10 || worstExcess > 0.05 {
 		t.Errorf("sliding window counter strays too far: %.3f%% decisions differ, excess %.1f%%", 100*share, 100*worstExcess)
 	}
 }

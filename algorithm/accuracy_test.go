@@ -13,12 +13,13 @@ import (
 // from 0.5x to 10x the limit, for the two-window estimate it replaced ("old") and the buckets
 // ("new"). go test -v -run CounterAccuracy ./algorithm prints the table.
 
-// legacyCounter is the old estimate: the previous window's count weighted by the share of it
-// still inside the sliding window, plus the current window's count. State as algorithm.State:
-// T window start, V current count, W previous count.
+// legacyCounter is the old estimate, as algorithm.go had it (the whole result, so that its cost
+// compares): the previous window's count weighted by the share of it still inside the sliding
+// window, plus the current window's count. t window start, v current count, w previous count.
 type legacyCounter struct{ t, v, w int64 }
 
-func (c *legacyCounter) take(p *Params, now, cost int64) bool {
+func (c *legacyCounter) take(p *Params, now, cost int64, r *Result) bool {
+	*r = Result{}
 	start := p.window(now)
 	if c.t != start {
 		if c.t == start-p.Period {
@@ -30,11 +31,34 @@ func (c *legacyCounter) take(p *Params, now, cost int64) bool {
 	}
 	pt := p.periodTicks
 	e := (now - start) / p.tick
-	if c.w*(pt-e)+(c.v+cost)*pt > p.Limit*pt {
-		return false
+	estimate := c.w*(pt-e) + c.v*pt
+	bound := p.Limit * pt
+	current := c.v
+	switch {
+	case cost > p.Limit:
+		r.Reason = ReasonCostExceedsCapacity
+	case estimate+cost*pt <= bound || cost == 0:
+		r.Allowed = true
+		estimate += cost * pt
+		current += cost
+	case c.v+cost <= p.Limit:
+		need := pt - (p.Limit-c.v-cost)*pt/c.w
+		r.RetryAfter = start + need*p.tick - now
+	default:
+		need := pt - (p.Limit-cost)*pt/c.v
+		r.RetryAfter = start + p.Period + need*p.tick - now
 	}
-	c.v += cost
-	return true
+	r.Remaining = max(0, bound-estimate) / pt
+	switch {
+	case current > 0:
+		r.ResetAfter = start + 2*p.Period - now
+	case c.w > 0:
+		r.ResetAfter = start + p.Period - now
+	}
+	if r.Allowed {
+		c.v += cost
+	}
+	return r.Allowed
 }
 
 // arrivals makes the request instants of one scenario over periods windows of p: steady is a
@@ -83,7 +107,7 @@ func measureAccuracy(t testing.TB, x float64, bursty bool, seed uint64, periods 
 	var aOld, aNew, aLog []int64
 	var r Result
 	for _, now := range arrivals(rand.New(rand.NewPCG(seed, 28)), p, x, bursty, periods) {
-		if old.take(&p, now, 1) {
+		if old.take(&p, now, 1, &r) {
 			aOld = append(aOld, now)
 		}
 		if Take(&p, &sNew, now, 1, &r); r.Allowed {
@@ -156,10 +180,11 @@ func BenchmarkCounterEstimate(b *testing.B) {
 	reqs := arrivals(rand.New(rand.NewPCG(1, 28)), p, 3, false, 200)
 	b.Run("old", func(b *testing.B) {
 		var c legacyCounter
+		var r Result
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			c.take(&p, reqs[i%len(reqs)]+int64(i/len(reqs))*201*p.Period, 1)
+			c.take(&p, reqs[i%len(reqs)]+int64(i/len(reqs))*201*p.Period, 1, &r)
 			i++
 		}
 	})

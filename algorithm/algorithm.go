@@ -25,6 +25,18 @@ type Log struct {
 	// of them, their ticks counted in 10^TickExp µs.
 	Buckets []Bucket
 	TickExp int64
+	// base is the start of the array Buckets lies in (Commit prunes by reslicing, and moves
+	// the live buckets back to the start when they reach its end); pinned says that an Undo
+	// may restore a view of it, so that it must not be overwritten: Commit then moves them to
+	// a new array instead.
+	base   []Bucket
+	pinned bool
+}
+
+// SetBuckets makes bs, of capacity CounterSlots, the counter's buckets, counted in ticks of
+// 10^tickExp µs (a snapshot being read).
+func (lg *Log) SetBuckets(bs []Bucket, tickExp int64) {
+	lg.Buckets, lg.TickExp, lg.base, lg.pinned = bs, tickExp, bs[:0], false
 }
 
 // Bucket is a run of a sliding_window_counter's admissions: Count units admitted from tick First
@@ -176,6 +188,7 @@ type Undo struct {
 	buckets    []Bucket
 	lastBucket Bucket
 	tickExp    int64
+	pinned     bool
 }
 
 // Save records in u what Restore needs to undo the next Commit on s. It fills u in place: an
@@ -187,10 +200,11 @@ func (u *Undo) Save(s *State) {
 		if n := len(u.entries); n > 0 {
 			u.last = u.entries[n-1]
 		}
-		u.buckets, u.tickExp = s.Log.Buckets, s.Log.TickExp
+		u.buckets, u.tickExp, u.pinned = s.Log.Buckets, s.Log.TickExp, s.Log.pinned
 		if n := len(u.buckets); n > 0 {
 			u.lastBucket = u.buckets[n-1]
 		}
+		s.Log.pinned = true
 	}
 }
 
@@ -209,7 +223,7 @@ func (u *Undo) Restore(s *State) {
 	}
 	// Likewise for a counter's buckets: Commit merges into the last one in place, and appends
 	// or rebuilds beyond what the saved slice sees.
-	log.Buckets, log.TickExp = u.buckets, u.tickExp
+	log.Buckets, log.TickExp, log.pinned = u.buckets, u.tickExp, u.pinned
 	if n := len(u.buckets); n > 0 {
 		log.Buckets[n-1] = u.lastBucket
 	}
@@ -487,8 +501,9 @@ func (p *Params) bucketCap() int64 { return max(1, ceilDiv(p.Limit, CounterBucke
 
 // addBucket records cost units admitted at now in the counter's buckets: into the newest bucket
 // while it has room (or holds this tick already), else into a new one. It never writes where
-// an Undo saved before it can see: the newest bucket, which Undo saves, is changed in place,
-// and a new bucket goes past the saved length or into a new array.
+// an Undo saved before it can see: the newest bucket, which Undo saves, is changed in place, a
+// new bucket goes past the saved length, and the buckets move to the start of their array only
+// when no Undo is pinning it (a lone op's Take: no allocation), else to a new array.
 func (p *Params) addBucket(s *State, now, cost int64) {
 	nowT := p.ticks(now)
 	if s.Log == nil {
@@ -498,6 +513,7 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 	bs := lg.Buckets
 	if lg.TickExp != p.tickExp {
 		bs, lg.TickExp = p.convertBuckets(lg), p.tickExp
+		lg.base, lg.pinned = bs[:0], false
 	}
 	bs = bs[liveFrom(bs, nowT-p.periodTicks):]
 	if n := len(bs); n > 0 {
@@ -509,9 +525,15 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 		}
 	}
 	if len(bs) == cap(bs) {
-		// Pruning from the front used the array up: start a new one, the old one being
-		// what a saved Undo restores.
-		nb := make([]Bucket, len(bs), CounterSlots)
+		// Pruning from the front used the array up: move the live buckets back to its
+		// start, or, when an Undo may restore a view of it, to a new array.
+		var nb []Bucket
+		if !lg.pinned && cap(lg.base) == CounterSlots {
+			nb = lg.base[:len(bs)]
+		} else {
+			nb = make([]Bucket, len(bs), CounterSlots)
+			lg.base, lg.pinned = nb[:0], false
+		}
 		copy(nb, bs)
 		bs = nb
 		if len(bs) == CounterSlots {

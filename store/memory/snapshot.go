@@ -481,10 +481,11 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 			if log == nil {
 				log = &algorithm.Log{}
 			}
-			log.TickExp, log.Buckets = exp, make([]algorithm.Bucket, n, algorithm.CounterSlots)
-			for i := range log.Buckets {
-				log.Buckets[i] = algorithm.Bucket{First: d.varint(), Last: d.varint(), Count: d.varint()}
+			bs := make([]algorithm.Bucket, n, algorithm.CounterSlots)
+			for i := range bs {
+				bs[i] = algorithm.Bucket{First: d.varint(), Last: d.varint(), Count: d.varint()}
 			}
+			log.SetBuckets(bs, exp)
 		}
 	}
 	if d.err != nil {

@@ -25,18 +25,34 @@ type Log struct {
 	// of them, their ticks counted in 10^TickExp µs.
 	Buckets []Bucket
 	TickExp int64
-	// base is the start of the array Buckets lies in (Commit prunes by reslicing, and moves
-	// the live buckets back to the start when they reach its end); pinned says that an Undo
-	// may restore a view of it, so that it must not be overwritten: Commit then moves them to
-	// a new array instead.
+	// base is an array of CounterSlots buckets, empty, that Commit moves the live buckets
+	// back into when pruning from the front has brought them to the end of theirs. pinned
+	// identifies (arrayEnd) the array of the view the last Undo saved, which a Restore may
+	// bring back: Commit never moves buckets into it, and allocates a new base instead.
 	base   []Bucket
-	pinned bool
+	pinned *Bucket
+}
+
+// arrayEnd identifies the array a bucket slice lies in by its last element: the counter's
+// slices are all reslices of arrays of CounterSlots made whole.
+func arrayEnd(bs []Bucket) *Bucket {
+	if cap(bs) == 0 {
+		return nil
+	}
+	return &bs[:cap(bs)][cap(bs)-1]
 }
 
 // SetBuckets makes bs, of capacity CounterSlots, the counter's buckets, counted in ticks of
 // 10^tickExp µs (a snapshot being read).
 func (lg *Log) SetBuckets(bs []Bucket, tickExp int64) {
-	lg.Buckets, lg.TickExp, lg.base, lg.pinned = bs, tickExp, bs[:0], false
+	lg.Buckets, lg.TickExp, lg.base, lg.pinned = bs, tickExp, bs[:0], nil
+}
+
+// ClearCounter empties a sliding_window_counter's buckets and keeps their array for the next
+// ones: a store that reuses lg for its key gone idle allocates nothing. Nothing else may hold
+// lg (no Undo of a running batch).
+func (lg *Log) ClearCounter() {
+	lg.Buckets, lg.TickExp, lg.pinned = lg.base[:0], 0, nil
 }
 
 // Bucket is a run of a sliding_window_counter's admissions: Count units admitted from tick First
@@ -188,7 +204,7 @@ type Undo struct {
 	buckets    []Bucket
 	lastBucket Bucket
 	tickExp    int64
-	pinned     bool
+	pinned     *Bucket
 }
 
 // Save records in u what Restore needs to undo the next Commit on s. It fills u in place: an
@@ -204,7 +220,7 @@ func (u *Undo) Save(s *State) {
 		if n := len(u.buckets); n > 0 {
 			u.lastBucket = u.buckets[n-1]
 		}
-		s.Log.pinned = true
+		s.Log.pinned = arrayEnd(u.buckets)
 	}
 }
 
@@ -502,8 +518,8 @@ func (p *Params) bucketCap() int64 { return max(1, ceilDiv(p.Limit, CounterBucke
 // addBucket records cost units admitted at now in the counter's buckets: into the newest bucket
 // while it has room (or holds this tick already), else into a new one. It never writes where
 // an Undo saved before it can see: the newest bucket, which Undo saves, is changed in place, a
-// new bucket goes past the saved length, and the buckets move to the start of their array only
-// when no Undo is pinning it (a lone op's Take: no allocation), else to a new array.
+// new bucket goes past the saved length, and the buckets move back only into an array that
+// the last Undo did not save a view of (a lone op's Take: the same array, no allocation).
 func (p *Params) addBucket(s *State, now, cost int64) {
 	nowT := p.ticks(now)
 	if s.Log == nil {
@@ -513,7 +529,7 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 	bs := lg.Buckets
 	if lg.TickExp != p.tickExp {
 		bs, lg.TickExp = p.convertBuckets(lg), p.tickExp
-		lg.base, lg.pinned = bs[:0], false
+		lg.base = bs[:0]
 	}
 	bs = bs[liveFrom(bs, nowT-p.periodTicks):]
 	if n := len(bs); n > 0 {
@@ -528,11 +544,11 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 		// Pruning from the front used the array up: move the live buckets back to its
 		// start, or, when an Undo may restore a view of it, to a new array.
 		var nb []Bucket
-		if !lg.pinned && cap(lg.base) == CounterSlots {
+		if cap(lg.base) == CounterSlots && arrayEnd(lg.base) != lg.pinned {
 			nb = lg.base[:len(bs)]
 		} else {
 			nb = make([]Bucket, len(bs), CounterSlots)
-			lg.base, lg.pinned = nb[:0], false
+			lg.base = nb[:0]
 		}
 		copy(nb, bs)
 		bs = nb

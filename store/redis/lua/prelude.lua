@@ -121,33 +121,19 @@ local function number(str)
 end
 
 -- A sliding_window_counter's buckets (algorithm.Bucket) follow its t:v:w after a colon, as
--- "tick_exp;first,last,count;...", oldest first, ticks absolute. In s they are the arrays bf,
--- bl, bc (first, last, count) of s.bn buckets, counted in ticks of 10^s.bexp µs.
+-- "tick_exp,n,sum;newest;oldest;...": their tick exponent, number and the sum of their counts,
+-- then the newest bucket, then the others oldest first, each "first,last,count", ticks
+-- absolute. load_buckets keeps the buckets as text (see sliding_window_counter.lua): the newest
+-- in s.blast, the others in s.braw; the rest in s.bexp, s.bn, s.bsum.
 local function load_buckets(s, rest)
-  local bf, bl, bc = s.bf, s.bl, s.bc
-  if not bf then
-    bf, bl, bc = {}, {}, {}
-    s.bf, s.bl, s.bc = bf, bl, bc
-  end
-  local n, exp = 0, nil
-  for part in string.gmatch(rest, '[^;]+') do
-    if exp == nil then
-      exp = tonumber(part)
-    else
-      local f, l, c = string.match(part, '^([^,]*),([^,]*),(.*)$')
-      n = n + 1
-      bf[n], bl[n], bc[n] = tonumber(f), tonumber(l), tonumber(c)
-    end
-  end
-  s.bn, s.bexp = n, exp
+  local e, n, sum, last, braw = string.match(rest, '^([^,]*),([^,]*),([^;]*);([^;]*);?(.*)$')
+  s.bexp, s.bn, s.bsum, s.blast, s.braw = tonumber(e), tonumber(n), tonumber(sum), last, braw
 end
 
 local function bucket_string(s)
-  local out = { string.format('%d', s.bexp) }
-  for i = 1, s.bn do
-    out[i + 1] = string.format('%d,%d,%d', s.bf[i], s.bl[i], s.bc[i])
-  end
-  return table.concat(out, ';')
+  local head = string.format('%d,%d,%d;', s.bexp, s.bn, s.bsum) .. s.blast
+  if s.braw == '' then return head end
+  return head .. ';' .. s.braw
 end
 
 -- load_state reads a key's state into s (a table of the caller's, every field overwritten),
@@ -157,7 +143,7 @@ end
 local function load_state(key, log_key, kind, s)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
-  s.bn, s.bexp = 0, 0
+  s.bn, s.bexp, s.bsum, s.braw, s.blast = 0, 0, 0, '', nil
   local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers

@@ -1,27 +1,66 @@
 -- sliding_window_counter.lua: the twin of algorithm.Decide/Commit for sliding_window_counter.
 -- State: t = current window start (µs), v = current count, w = previous count (kept for the
--- region sync), and the buckets of the admissions in the last period (bf, bl, bc, bn, bexp; see
--- load_buckets), which it decides on: all of every live bucket but the oldest, and of the
--- oldest the share of its span [first, last] after the window's start, rounded up.
+-- region sync), and the buckets of the admissions in the last period, which it decides on: all
+-- of every live bucket but the oldest, and of the oldest the share of its span [first, last]
+-- after the window's start, rounded up.
+--
+-- The buckets stay the text they are stored as (see load_buckets): s.blast the newest,
+-- "first,last,count", and s.braw the others, oldest first with ';' between; s.bn counts them
+-- all, s.bsum sums their counts, s.bexp is their tick exponent. A decision reads only the
+-- buckets at the front (the expired ones and the oldest live one; a denial a few more) and the
+-- newest, and a commit rewrites only the newest: a call does not convert twenty buckets of
+-- numbers back and forth.
 
 local COUNTER_BUCKETS, COUNTER_SLOTS = 20, 22
 
--- counter_live is the index of the first bucket with a unit after tick from.
-local function counter_live(s, from)
-  local i, bl = 1, s.bl
-  while i <= s.bn and bl[i] <= from do i = i + 1 end
-  return i
+-- bucket_at reads the bucket of text that starts at pos: first, last, count, and where the
+-- next one starts.
+local function bucket_at(text, pos)
+  local f, l, c, nxt = string.match(text, '^([^,]*),([^,]*),([^;]*);?()', pos)
+  return tonumber(f), tonumber(l), tonumber(c), nxt
+end
+
+-- bucket i of s (1 the oldest), which starts at pos in s.braw unless it is the newest.
+local function bucket_of(s, i, pos)
+  if i < s.bn then return bucket_at(s.braw, pos) end
+  return bucket_at(s.blast, 1)
+end
+
+local function bucket_text(f, l, c)
+  return string.format('%d,%d,%d', f, l, c)
+end
+
+-- counter_parse reads every bucket into arrays, for the rare changes that touch them all.
+local function counter_parse(s)
+  local bf, bl, bc, pos = {}, {}, {}, 1
+  for i = 1, s.bn do
+    bf[i], bl[i], bc[i], pos = bucket_of(s, i, pos)
+  end
+  return bf, bl, bc
+end
+
+-- counter_store writes n buckets from arrays back into s.
+local function counter_store(s, bf, bl, bc, n)
+  local out, sum = {}, 0
+  for i = 1, n do
+    out[i] = bucket_text(bf[i], bl[i], bc[i])
+    sum = sum + bc[i]
+  end
+  s.blast = out[n]
+  s.braw, s.bn, s.bsum = table.concat(out, ';', 1, n - 1), n, sum
 end
 
 -- counter_convert rewrites the buckets into p's tick (algorithm convertBuckets): first rounded
 -- down and last up.
 local function counter_convert(p, s)
+  local bf, bl, bc = counter_parse(s)
   for i = 1, s.bn do
-    local f, l = s.bf[i], s.bl[i]
+    local f, l = bf[i], bl[i]
     for _ = p.tick_exp + 1, s.bexp do f, l = f * 10, l * 10 + 9 end
     for _ = s.bexp + 1, p.tick_exp do f, l = idiv(f, 10), ceil_div(l, 10) end
-    s.bf[i], s.bl[i] = f, l
+    bf[i], bl[i] = f, l
   end
+  counter_store(s, bf, bl, bc, s.bn)
   s.bexp = p.tick_exp
 end
 
@@ -35,11 +74,17 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     local now_t = ticks(p, now)
     local from = now_t - p.period_ticks
     if s.bn > 0 and s.bexp ~= p.tick_exp then counter_convert(p, s) end
-    local h, bn, bf, bl, bc = counter_live(s, from), s.bn, s.bf, s.bl, s.bc
-    local estimate = 0
-    for i = h, bn do estimate = estimate + bc[i] end
-    if h <= bn and from >= bf[h] then
-      estimate = estimate - (bc[h] - ceil_div(bc[h] * (bl[h] - from), bl[h] - bf[h]))
+    -- Past the expired buckets to the oldest live one, i (f, l, c); sum is the live ones'.
+    local n, sum, pos, i = s.bn, s.bsum, 1, 1
+    local f, l, c, nxt
+    while i <= n do
+      f, l, c, nxt = bucket_of(s, i, pos)
+      if l > from then break end
+      sum, pos, i = sum - c, nxt, i + 1
+    end
+    local estimate = sum
+    if i <= n and from >= f then
+      estimate = estimate - (c - ceil_div(c * (l - from), l - f))
     end
     clear_result(r)
     if cost > p.limit then
@@ -49,16 +94,16 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
       estimate = estimate + cost
     else
       -- The earliest tick the window's start may pass for cost to fit (algorithm counterFits).
-      local before, fits = 0, bl[bn]
-      for i = h, bn do before = before + bc[i] end
-      for i = h, bn do
-        before = before - bc[i]
+      local before, fits = sum, 0
+      for j = i, n do
+        if j > i then f, l, c, nxt = bucket_of(s, j, nxt) end
+        before = before - c
         local room = p.limit - cost - before
         if room >= 0 then
-          if bf[i] == bl[i] then
-            fits = bl[i]
+          if f == l then
+            fits = l
           else
-            fits = bl[i] - idiv(room * (bl[i] - bf[i]), bc[i])
+            fits = l - idiv(room * (l - f), c)
           end
           break
         end
@@ -68,55 +113,70 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     r.remaining = imax(0, p.limit - estimate)
     if r.allowed and cost > 0 then
       r.reset = after(p, now_t, p.period_ticks, now)
-    elseif h <= bn then
-      r.reset = after(p, now_t, bl[bn] + p.period_ticks - now_t, now)
+    elseif i <= n then
+      local _, last = bucket_at(s.blast, 1)
+      r.reset = after(p, now_t, last + p.period_ticks - now_t, now)
     end
     return r
   end,
   commit = function(p, s, now, cost)
     s.v = s.v + cost
-    if not s.bf then s.bf, s.bl, s.bc = {}, {}, {} end
     if s.bn > 0 and s.bexp ~= p.tick_exp then counter_convert(p, s) end
     s.bexp = p.tick_exp
     local now_t = ticks(p, now)
-    local bf, bl, bc = s.bf, s.bl, s.bc
-    local h = counter_live(s, now_t - p.period_ticks)
-    if h > 1 then
-      for i = h, s.bn do
-        bf[i - h + 1], bl[i - h + 1], bc[i - h + 1] = bf[i], bl[i], bc[i]
-      end
-      s.bn = s.bn - (h - 1)
+    local from = now_t - p.period_ticks
+    -- Drop the expired buckets from the front.
+    local n, sum, pos, i = s.bn, s.bsum, 1, 1
+    while i <= n do
+      local _, l, c, nxt = bucket_of(s, i, pos)
+      if l > from then break end
+      sum, pos, i = sum - c, nxt, i + 1
     end
-    local n = s.bn
-    if n > 0 and (bl[n] >= now_t or bc[n] + cost <= imax(1, ceil_div(p.limit, COUNTER_BUCKETS))) then
-      bc[n] = bc[n] + cost
-      bl[n] = imax(bl[n], now_t)
-    else
-      if n == COUNTER_SLOTS then
-        -- Merge the adjacent pair with the least count (the oldest such), as mergeBuckets.
-        local j = 1
-        for i = 2, n - 1 do
-          if bc[i] + bc[i + 1] < bc[j] + bc[j + 1] then j = i end
-        end
-        bl[j], bc[j] = bl[j + 1], bc[j] + bc[j + 1]
-        for i = j + 1, n - 1 do
-          bf[i], bl[i], bc[i] = bf[i + 1], bl[i + 1], bc[i + 1]
-        end
-        n = n - 1
-      end
-      n = n + 1
-      bf[n], bl[n], bc[n] = now_t, now_t, cost
-      s.bn = n
+    if i > n then
+      s.braw, s.blast, n = '', nil, 0
+    elseif i == n then
+      s.braw, n = '', 1
+    elseif i > 1 then
+      s.braw, n = string.sub(s.braw, pos), n - i + 1
     end
+    s.bn, s.bsum = n, sum
+    if n > 0 then
+      local f, l, c = bucket_at(s.blast, 1)
+      if l >= now_t or c + cost <= imax(1, ceil_div(p.limit, COUNTER_BUCKETS)) then
+        s.blast, s.bsum = bucket_text(f, imax(l, now_t), c + cost), sum + cost
+        return s.t + 2 * p.period
+      end
+    end
+    if n == COUNTER_SLOTS then
+      -- Merge the adjacent pair with the least count (the oldest such), as mergeBuckets.
+      local bf, bl, bc = counter_parse(s)
+      local j = 1
+      for k = 2, n - 1 do
+        if bc[k] + bc[k + 1] < bc[j] + bc[j + 1] then j = k end
+      end
+      bl[j], bc[j] = bl[j + 1], bc[j] + bc[j + 1]
+      for k = j + 1, n - 1 do
+        bf[k], bl[k], bc[k] = bf[k + 1], bl[k + 1], bc[k + 1]
+      end
+      n = n - 1
+      counter_store(s, bf, bl, bc, n)
+    end
+    if n > 1 then
+      s.braw = s.braw .. ';' .. s.blast
+    elseif n == 1 then
+      s.braw = s.blast
+    end
+    s.blast, s.bn, s.bsum = bucket_text(now_t, now_t, cost), n + 1, s.bsum + cost
     return s.t + 2 * p.period
   end,
 }
 
 -- counter_refund gives cost back from the newest bucket when the admission refunded is in it
--- (its last tick is now): refund.lua's part of the buckets.
+-- (its last tick is now): refund.lua's part of the buckets. A bucket emptied stays, at 0.
 local function counter_refund(p, s, now, cost)
-  local n = s.bn
-  if n == 0 or s.bexp ~= p.tick_exp or s.bl[n] ~= ticks(p, now) then return end
-  local left = s.bc[n] - imin(s.bc[n], cost)
-  if left > 0 then s.bc[n] = left else s.bn = n - 1 end
+  if s.bn == 0 or s.bexp ~= p.tick_exp then return end
+  local f, l, c = bucket_at(s.blast, 1)
+  if l ~= ticks(p, now) then return end
+  local back = imin(c, cost)
+  s.blast, s.bsum = bucket_text(f, l, c - back), s.bsum - back
 end

@@ -172,11 +172,28 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
 }
 
 -- counter_refund gives cost back from the newest bucket when the admission refunded is in it
--- (its last tick is now): refund.lua's part of the buckets. A bucket emptied stays, at 0.
+-- (its last tick is now): refund.lua's part of the buckets. A bucket emptied goes, as if the
+-- commit had not opened it. It is exact but for a commit that added to a bucket opened
+-- before (its last tick stays now: the units count as later, never fewer) or merged two.
 local function counter_refund(p, s, now, cost)
   if s.bn == 0 or s.bexp ~= p.tick_exp then return end
   local f, l, c = bucket_at(s.blast, 1)
   if l ~= ticks(p, now) then return end
   local back = imin(c, cost)
-  s.blast, s.bsum = bucket_text(f, l, c - back), s.bsum - back
+  s.bsum = s.bsum - back
+  if c > back then
+    s.blast = bucket_text(f, l, c - back)
+  elseif s.bn == 1 then
+    s.bn, s.blast, s.braw = 0, nil, ''
+  else
+    -- The last of the others becomes the newest.
+    local lp, k = 1, string.find(s.braw, ';', 1, true)
+    while k do
+      lp = k + 1
+      k = string.find(s.braw, ';', lp, true)
+    end
+    s.blast = string.sub(s.braw, lp)
+    if lp > 1 then s.braw = string.sub(s.braw, 1, lp - 2) else s.braw = '' end
+    s.bn = s.bn - 1
+  end
 end

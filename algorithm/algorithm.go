@@ -58,7 +58,7 @@ func (lg *Log) ClearCounter() {
 // Bucket is a run of a sliding_window_counter's admissions: Count units admitted from tick First
 // to tick Last, both included. A bucket is closed once it holds about Limit/CounterBuckets, so
 // the one bucket a window's start cuts, whose units it can only estimate, errs by less than
-// that (docs/architecture.md, Sliding window counter).
+// that (docs/architecture.md, Windows).
 type Bucket struct {
 	First, Last, Count int64
 }

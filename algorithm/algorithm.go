@@ -25,12 +25,19 @@ type Log struct {
 	// of them, their ticks counted in 10^TickExp µs.
 	Buckets []Bucket
 	TickExp int64
-	// base is an array of CounterSlots buckets, empty, that Commit moves the live buckets
-	// back into when pruning from the front has brought them to the end of theirs. pinned
-	// identifies (arrayEnd) the array of the view the last Undo saved, which a Restore may
-	// bring back: Commit never moves buckets into it, and allocates a new base instead.
-	base   []Bucket
-	pinned *Bucket
+	arrays  bucketArrays
+}
+
+// bucketArrays are the arrays of CounterSlots buckets a counter's Buckets lie in. Commit prunes
+// by reslicing from the front; when the live buckets reach the end of their array, it moves
+// them to the start of one: their own when no Undo may restore a view of it, else the spare
+// one (arrays alternate under batches), else a new one.
+type bucketArrays struct {
+	base  []Bucket // the array Buckets lie in, from its start, empty
+	spare []Bucket // another, or nil
+	// pinned and pinned2 identify (arrayEnd) the arrays of the views the running batch's
+	// last two Undos saved, which Commit must not write into; nil when none is running.
+	pinned, pinned2 *Bucket
 }
 
 // arrayEnd identifies the array a bucket slice lies in by its last element: the counter's
@@ -45,15 +52,21 @@ func arrayEnd(bs []Bucket) *Bucket {
 // SetBuckets makes bs, of capacity CounterSlots, the counter's buckets, counted in ticks of
 // 10^tickExp µs (a snapshot being read).
 func (lg *Log) SetBuckets(bs []Bucket, tickExp int64) {
-	lg.Buckets, lg.TickExp, lg.base, lg.pinned = bs, tickExp, bs[:0], nil
+	lg.Buckets, lg.TickExp, lg.arrays = bs, tickExp, bucketArrays{base: bs[:0]}
 }
 
 // ClearCounter empties a sliding_window_counter's buckets and keeps their array for the next
 // ones: a store that reuses lg for its key gone idle allocates nothing. Nothing else may hold
 // lg (no Undo of a running batch).
 func (lg *Log) ClearCounter() {
-	lg.Buckets, lg.TickExp, lg.pinned = lg.base[:0], 0, nil
+	lg.Buckets, lg.TickExp = lg.arrays.base[:0], 0
+	lg.arrays.pinned, lg.arrays.pinned2 = nil, nil
 }
+
+// Unpin tells lg that no Undo saved from it will be restored any more (the batch is over):
+// Commit may then move buckets back into the array the last one saved a view of, instead of
+// allocating another.
+func (lg *Log) Unpin() { lg.arrays.pinned, lg.arrays.pinned2 = nil, nil }
 
 // Bucket is a run of a sliding_window_counter's admissions: Count units admitted from tick First
 // to tick Last, both included. A bucket is closed once it holds about Limit/CounterBuckets, so
@@ -204,7 +217,7 @@ type Undo struct {
 	buckets    []Bucket
 	lastBucket Bucket
 	tickExp    int64
-	pinned     *Bucket
+	arrays     bucketArrays
 }
 
 // Save records in u what Restore needs to undo the next Commit on s. It fills u in place: an
@@ -216,11 +229,13 @@ func (u *Undo) Save(s *State) {
 		if n := len(u.entries); n > 0 {
 			u.last = u.entries[n-1]
 		}
-		u.buckets, u.tickExp, u.pinned = s.Log.Buckets, s.Log.TickExp, s.Log.pinned
+		u.buckets, u.tickExp, u.arrays = s.Log.Buckets, s.Log.TickExp, s.Log.arrays
 		if n := len(u.buckets); n > 0 {
 			u.lastBucket = u.buckets[n-1]
 		}
-		s.Log.pinned = arrayEnd(u.buckets)
+		if a := &s.Log.arrays; arrayEnd(u.buckets) != nil && arrayEnd(u.buckets) != a.pinned {
+			a.pinned2, a.pinned = a.pinned, arrayEnd(u.buckets)
+		}
 	}
 }
 
@@ -239,7 +254,17 @@ func (u *Undo) Restore(s *State) {
 	}
 	// Likewise for a counter's buckets: Commit merges into the last one in place, and appends
 	// or rebuilds beyond what the saved slice sees.
-	log.Buckets, log.TickExp, log.pinned = u.buckets, u.tickExp, u.pinned
+	cur := log.arrays
+	log.Buckets, log.TickExp, log.arrays = u.buckets, u.tickExp, u.arrays
+	if cap(log.arrays.spare) == 0 {
+		// Keep an array the undone commit moved the buckets into as the spare: no view an
+		// Undo still holds lies in it, and the next batch would only allocate it again.
+		if arrayEnd(cur.base) != arrayEnd(u.arrays.base) {
+			log.arrays.spare = cur.base
+		} else {
+			log.arrays.spare = cur.spare
+		}
+	}
 	if n := len(u.buckets); n > 0 {
 		log.Buckets[n-1] = u.lastBucket
 	}
@@ -518,8 +543,9 @@ func (p *Params) bucketCap() int64 { return max(1, ceilDiv(p.Limit, CounterBucke
 // addBucket records cost units admitted at now in the counter's buckets: into the newest bucket
 // while it has room (or holds this tick already), else into a new one. It never writes where
 // an Undo saved before it can see: the newest bucket, which Undo saves, is changed in place, a
-// new bucket goes past the saved length, and the buckets move back only into an array that
-// the last Undo did not save a view of (a lone op's Take: the same array, no allocation).
+// new bucket goes past the saved length, and the buckets move back only into an array no
+// running Undo saved a view of (bucketArrays): a lone op's Take uses the same array, a batch
+// alternates two, neither allocates.
 func (p *Params) addBucket(s *State, now, cost int64) {
 	nowT := p.ticks(now)
 	if s.Log == nil {
@@ -529,7 +555,7 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 	bs := lg.Buckets
 	if lg.TickExp != p.tickExp {
 		bs, lg.TickExp = p.convertBuckets(lg), p.tickExp
-		lg.base = bs[:0]
+		lg.arrays.base = bs[:0]
 	}
 	bs = bs[liveFrom(bs, nowT-p.periodTicks):]
 	if n := len(bs); n > 0 {
@@ -543,12 +569,17 @@ func (p *Params) addBucket(s *State, now, cost int64) {
 	if len(bs) == cap(bs) {
 		// Pruning from the front used the array up: move the live buckets back to its
 		// start, or, when an Undo may restore a view of it, to a new array.
+		a := &lg.arrays
 		var nb []Bucket
-		if cap(lg.base) == CounterSlots && arrayEnd(lg.base) != lg.pinned {
-			nb = lg.base[:len(bs)]
-		} else {
+		switch spare := arrayEnd(a.spare); {
+		case a.pinned == nil && cap(a.base) == CounterSlots:
+			nb = a.base[:len(bs)] // no Undo running: in place
+		case cap(a.spare) == CounterSlots && spare != a.pinned && spare != a.pinned2:
+			nb = a.spare[:len(bs)]
+			a.base, a.spare = a.spare[:0], a.base
+		default:
 			nb = make([]Bucket, len(bs), CounterSlots)
-			lg.base = nb[:0]
+			a.base, a.spare = nb[:0], a.base
 		}
 		copy(nb, bs)
 		bs = nb

@@ -1,6 +1,8 @@
 package algorithm
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -310,4 +312,62 @@ func TestLookIsAlwaysAllowed(t *testing.T) {
 			t.Errorf("%s: look over a lowered limit: %+v", k, r)
 		}
 	}
+}
+
+// TestUndoRestoresCounterBuckets runs batches on one sliding_window_counter key the way the
+// memory store does: each op saves an Undo and commits, a denied batch restores them, last
+// first, and the batch's end unpins. Buckets move between arrays as pruning uses them up
+// (bucketArrays): a restored key must hold its buckets from before the batch, and a kept one
+// the buckets of a deep copy that took the same commits alone.
+func TestUndoRestoresCounterBuckets(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(28, 2))
+	for trial := range 50 {
+		p := mustParams(t, SlidingWindowCounter, 1+rng.Int64N(120), 0, time.Second)
+		short := mustParams(t, SlidingWindowCounter, p.Limit, 0, 300*time.Millisecond)
+		var s State
+		now := base
+		for batch := range 400 {
+			now += rng.Int64N(30_000)
+			before, ref := clone(s), clone(s)
+			undos := make([]Undo, 0, 3)
+			for range 1 + rng.IntN(3) {
+				q := &p
+				if rng.IntN(4) == 0 {
+					q = &short // another period on the same key prunes further
+				}
+				cost := 1 + rng.Int64N(3)
+				if !Decide(q, &s, now, cost).Allowed {
+					break
+				}
+				undos = append(undos, Undo{})
+				undos[len(undos)-1].Save(&s)
+				Commit(q, &s, now, cost)
+				Decide(q, &ref, now, cost)
+				Commit(q, &ref, now, cost)
+			}
+			want := ref
+			if rng.IntN(2) == 0 {
+				for i := len(undos) - 1; i >= 0; i-- {
+					undos[i].Restore(&s)
+				}
+				want = before
+			}
+			if s.Log != nil {
+				s.Log.Unpin()
+			}
+			// T, V and W may have rolled in a restored batch's first Decide, before its
+			// Save: the store drops an undone working copy's; the buckets are what is shared.
+			if got, want := bucketsOf(s), bucketsOf(want); !slices.Equal(got, want) {
+				t.Fatalf("trial %d batch %d: buckets %+v, want %+v", trial, batch, got, want)
+			}
+		}
+	}
+}
+
+func bucketsOf(s State) []Bucket {
+	if s.Log == nil {
+		return nil
+	}
+	return s.Log.Buckets
 }

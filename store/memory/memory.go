@@ -296,6 +296,9 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	changed := false
 	for i := range ops {
 		p := &ps[i]
+		if p.alias < 0 && p.st.Log != nil {
+			p.st.Log.Unpin() // the batch's Undos are done with
+		}
 		// Only what committed is written back, as in the Redis store: a look must not rewrite
 		// state (another tier's parameters would convert it, or prune a log by its period).
 		if p.alias >= 0 || !p.dirty {

@@ -14,10 +14,11 @@ import (
 )
 
 // TestCounterBucketsAsMemory drives sliding_window_counter limits whose buckets hold several
-// units (100 per 2 s: 5 a bucket; 1000 per minute, tick 1 µs; 7 per 1 s: 1) with bursts that
-// fill them, through the memory store and Redis at the same instants: the estimate of the cut
-// bucket, retry_after, the merge of buckets and the undo of a batch that a sibling denies must
-// come out the same.
+// units (100 per 2 s: 5 a bucket; 1000 per minute, tick 1 µs; 7 per 1 s: 1; and 10^8 per
+// minute, tick 100 µs, on the key of 100 per 2 s, so that each converts the other's buckets)
+// with bursts that fill them, through the memory store and Redis at the same instants: the
+// estimate of the cut bucket, retry_after, the merge of buckets, the tick conversion and the
+// undo of a batch that a sibling denies must come out the same.
 func TestCounterBucketsAsMemory(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []struct {
@@ -35,12 +36,16 @@ func TestCounterBucketsAsMemory(t *testing.T) {
 			for i, spec := range []struct {
 				n      int64
 				period time.Duration
-			}{{100, 2 * time.Second}, {1000, time.Minute}, {7, time.Second}} {
+			}{{100, 2 * time.Second}, {1000, time.Minute}, {7, time.Second}, {100_000_000, time.Minute}} {
 				p, err := algorithm.NewParams(algorithm.SlidingWindowCounter, spec.n, 0, spec.period)
 				if err != nil {
 					t.Fatal(err)
 				}
-				ls = append(ls, limit{key: key.AppendTag(key.AppendHead(nil, fmt.Sprint("swc", i), "v1"), 'u', "ann"), params: p})
+				// The last limit counts in ticks of 100 µs, on the key of the first (1 µs).
+				ls = append(ls, limit{key: key.AppendTag(key.AppendHead(nil, fmt.Sprint("swc", i%3), "v1"), 'u', "ann"), params: p})
+			}
+			if tick, _, _, _, _, _ := ls[3].params.Derived(); tick != 100 {
+				t.Fatalf("the coarse limit counts in ticks of %d µs, want 100", tick)
 			}
 			rng := rand.New(rand.NewPCG(28, 1))
 			denied := 0 // of the limit of 100: its buckets fill and the cut one is estimated

@@ -73,12 +73,18 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     end
     local now_t = ticks(p, now)
     local from = now_t - p.period_ticks
-    if s.bn > 0 and s.bexp ~= p.tick_exp then counter_convert(p, s) end
+    local b = s
+    if s.bn > 0 and s.bexp ~= p.tick_exp then
+      -- Another period changed the tick: decide on the buckets converted, which commit
+      -- stores; a look leaves them as they are (a sibling op may read them in their tick).
+      b = { braw = s.braw, blast = s.blast, bn = s.bn, bsum = s.bsum, bexp = s.bexp }
+      counter_convert(p, b)
+    end
     -- Past the expired buckets to the oldest live one, i (f, l, c); sum is the live ones'.
-    local n, sum, pos, i = s.bn, s.bsum, 1, 1
+    local n, sum, pos, i = b.bn, b.bsum, 1, 1
     local f, l, c, nxt
     while i <= n do
-      f, l, c, nxt = bucket_of(s, i, pos)
+      f, l, c, nxt = bucket_of(b, i, pos)
       if l > from then break end
       sum, pos, i = sum - c, nxt, i + 1
     end
@@ -96,7 +102,7 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
       -- The earliest tick the window's start may pass for cost to fit (algorithm counterFits).
       local before, fits = sum, 0
       for j = i, n do
-        if j > i then f, l, c, nxt = bucket_of(s, j, nxt) end
+        if j > i then f, l, c, nxt = bucket_of(b, j, nxt) end
         before = before - c
         local room = p.limit - cost - before
         if room >= 0 then
@@ -114,7 +120,7 @@ algorithms[SLIDING_WINDOW_COUNTER] = {
     if r.allowed and cost > 0 then
       r.reset = after(p, now_t, p.period_ticks, now)
     elseif i <= n then
-      local _, last = bucket_at(s.blast, 1)
+      local _, last = bucket_at(b.blast, 1)
       r.reset = after(p, now_t, last + p.period_ticks - now_t, now)
     end
     return r

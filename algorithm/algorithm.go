@@ -6,19 +6,83 @@ package algorithm
 //	gcra                   T = TAT (whole ticks),   V = TAT fraction (1/rate tick), W = fingerprint
 //	leaky_bucket           T = last leak (ticks),   V = level (1/scale units), W = fingerprint
 //	fixed_window           T = window start (µs),   V = count
-//	sliding_window_counter T = window start (µs),   V = current count, W = previous count
+//	sliding_window_counter T = window start (µs),   V = current count, W = previous count,
+//	                       Log = buckets of the admissions in the last period (what it decides on)
 //	sliding_window_log     V = sum of Log costs,    Log = entries in (now-P, now]
 //
-// The zero State is a fresh key: a full bucket or an empty window.
+// The zero State is a fresh key: a full bucket or an empty window. A sliding_window_counter keeps
+// T, V and W, which it no longer decides on, for the region sync (store.StateReader).
 type State struct {
 	T, V, W int64
 	Log     *Log
 }
 
-// Log holds the entries of a sliding_window_log key, oldest first, at most one per microsecond.
+// Log holds the entries of a sliding_window_log key, oldest first, at most one per microsecond,
+// or the buckets of a sliding_window_counter key.
 type Log struct {
 	Entries []Entry
+	// Buckets are a sliding_window_counter's admissions, oldest first, at most CounterSlots
+	// of them, their ticks counted in 10^TickExp µs.
+	Buckets []Bucket
+	TickExp int64
+	arrays  bucketArrays
 }
+
+// bucketArrays are the arrays of CounterSlots buckets a counter's Buckets lie in. Commit prunes
+// by reslicing from the front; when the live buckets reach the end of their array, it moves
+// them to the start of one: their own when no Undo may restore a view of it, else the spare
+// one (arrays alternate under batches), else a new one.
+type bucketArrays struct {
+	base  []Bucket // the array Buckets lie in, from its start, empty
+	spare []Bucket // another, or nil
+	// pinned and pinned2 identify (arrayEnd) the arrays of the views the running batch's
+	// last two Undos saved, which Commit must not write into; nil when none is running.
+	pinned, pinned2 *Bucket
+}
+
+// arrayEnd identifies the array a bucket slice lies in by its last element: the counter's
+// slices are all reslices of arrays of CounterSlots made whole.
+func arrayEnd(bs []Bucket) *Bucket {
+	if cap(bs) == 0 {
+		return nil
+	}
+	return &bs[:cap(bs)][cap(bs)-1]
+}
+
+// SetBuckets makes bs, of capacity CounterSlots, the counter's buckets, counted in ticks of
+// 10^tickExp µs (a snapshot being read).
+func (lg *Log) SetBuckets(bs []Bucket, tickExp int64) {
+	lg.Buckets, lg.TickExp, lg.arrays = bs, tickExp, bucketArrays{base: bs[:0]}
+}
+
+// ClearCounter empties a sliding_window_counter's buckets and keeps their array for the next
+// ones: a store that reuses lg for its key gone idle allocates nothing. Nothing else may hold
+// lg (no Undo of a running batch).
+func (lg *Log) ClearCounter() {
+	lg.Buckets, lg.TickExp = lg.arrays.base[:0], 0
+	lg.arrays.pinned, lg.arrays.pinned2 = nil, nil
+}
+
+// Unpin tells lg that no Undo saved from it will be restored any more (the batch is over):
+// Commit may then move buckets back into the array the last one saved a view of, instead of
+// allocating another.
+func (lg *Log) Unpin() { lg.arrays.pinned, lg.arrays.pinned2 = nil, nil }
+
+// Bucket is a run of a sliding_window_counter's admissions: Count units admitted from tick First
+// to tick Last, both included. A bucket is closed once it holds about Limit/CounterBuckets, so
+// the one bucket a window's start cuts, whose units it can only estimate, errs by less than
+// that (docs/architecture.md, Windows).
+type Bucket struct {
+	First, Last, Count int64
+}
+
+// CounterBuckets is how many buckets a sliding_window_counter splits its limit into: the
+// estimate errs by under Limit/CounterBuckets. CounterSlots is how many it keeps at most;
+// beyond, the two adjacent buckets with the least between them are merged.
+const (
+	CounterBuckets = 20
+	CounterSlots   = CounterBuckets + 2
+)
 
 // Entry is one admitted request of a sliding_window_log: its time (µs) and cost.
 type Entry struct {
@@ -121,6 +185,7 @@ func Commit(p *Params, s *State, now, cost int64) (idleAt int64) {
 		return s.T + p.Period
 	case SlidingWindowCounter:
 		s.V += cost
+		p.addBucket(s, now, cost)
 		return s.T + 2*p.Period
 	case SlidingWindowLog:
 		if s.Log == nil {
@@ -191,19 +256,30 @@ func Take(p *Params, s *State, now, cost int64, r *Result) (idleAt int64, commit
 
 // Undo remembers a State before Commit so that a batch whose sibling limit denies can put it back.
 type Undo struct {
-	state   State
-	entries []Entry
-	last    Entry
+	state      State
+	entries    []Entry
+	last       Entry
+	buckets    []Bucket
+	lastBucket Bucket
+	tickExp    int64
+	arrays     bucketArrays
 }
 
 // Save records in u what Restore needs to undo the next Commit on s. It fills u in place: an
 // Undo returned by value was built on the stack and copied (docs/measurements.md).
 func (u *Undo) Save(s *State) {
-	u.state, u.entries, u.last = *s, nil, Entry{}
+	u.state, u.entries, u.last, u.buckets, u.lastBucket = *s, nil, Entry{}, nil, Bucket{}
 	if s.Log != nil {
 		u.entries = s.Log.Entries
 		if n := len(u.entries); n > 0 {
 			u.last = u.entries[n-1]
+		}
+		u.buckets, u.tickExp, u.arrays = s.Log.Buckets, s.Log.TickExp, s.Log.arrays
+		if n := len(u.buckets); n > 0 {
+			u.lastBucket = u.buckets[n-1]
+		}
+		if a := &s.Log.arrays; arrayEnd(u.buckets) != nil && arrayEnd(u.buckets) != a.pinned {
+			a.pinned2, a.pinned = a.pinned, arrayEnd(u.buckets)
 		}
 	}
 }
@@ -220,6 +296,22 @@ func (u *Undo) Restore(s *State) {
 	log.Entries = u.entries
 	if n := len(u.entries); n > 0 {
 		log.Entries[n-1] = u.last
+	}
+	// Likewise for a counter's buckets: Commit merges into the last one in place, and appends
+	// or rebuilds beyond what the saved slice sees.
+	cur := log.arrays
+	log.Buckets, log.TickExp, log.arrays = u.buckets, u.tickExp, u.arrays
+	if cap(log.arrays.spare) == 0 {
+		// Keep an array the undone commit moved the buckets into as the spare: no view an
+		// Undo still holds lies in it, and the next batch would only allocate it again.
+		if arrayEnd(cur.base) != arrayEnd(u.arrays.base) {
+			log.arrays.spare = cur.base
+		} else {
+			log.arrays.spare = cur.spare
+		}
+	}
+	if n := len(u.buckets); n > 0 {
+		log.Buckets[n-1] = u.lastBucket
 	}
 }
 
@@ -403,6 +495,12 @@ func (p *Params) fixedWindow(s *State, start, end, now, cost int64, r *Result) {
 	r.ResetAfter = end - now
 }
 
+// slidingCounter decides on the counter's buckets: every unit admitted in the last period is in
+// one, and only the oldest live bucket can straddle the window's start, (now-P, now] in ticks.
+// Of that one the estimate takes the share of its span still inside the window, rounded up:
+// its units are somewhere in [First, Last], so the estimate errs by less than its count, about
+// Limit/CounterBuckets. T, V and W roll as they did for the old two-window estimate; the region
+// sync reads them.
 func (p *Params) slidingCounter(s *State, now, cost int64, r *Result) {
 	start := p.window(now)
 	if s.T != start {
@@ -413,36 +511,169 @@ func (p *Params) slidingCounter(s *State, now, cost int64, r *Result) {
 		}
 		s.T, s.V = start, 0
 	}
-	// The estimate W·(1-f) + V, with f = e/Pt, scaled by Pt so it stays an integer.
-	pt := p.periodTicks
-	e := (now - start) / p.tick
-	estimate := s.W*(pt-e) + s.V*pt
-	bound := p.Limit * pt
-	current := s.V
+	nowT := p.ticks(now)
+	from := nowT - p.periodTicks // a unit at tick t is inside the window when t > from
+	var bs []Bucket
+	if s.Log != nil && len(s.Log.Buckets) > 0 {
+		if s.Log.TickExp != p.tickExp {
+			// Another period changed the tick: decide on the buckets converted, which
+			// Commit stores; a look leaves them as they are.
+			bs = p.convertBuckets(s.Log)
+		} else {
+			bs = s.Log.Buckets
+		}
+		bs = bs[liveFrom(bs, from):]
+	}
+	estimate := p.bucketEstimate(bs, from)
 	switch {
 	case cost > p.Limit:
 		r.Reason = ReasonCostExceedsCapacity
-	case estimate+cost*pt <= bound || cost == 0:
+	case estimate+cost <= p.Limit || cost == 0:
 		r.Allowed = true
-		estimate += cost * pt
-		current += cost
-	case s.V+cost <= p.Limit:
-		// Only the previous window's fading weight is in the way: the earliest e' with
-		// W·(Pt-e') <= (N-V-cost)·Pt.
-		need := pt - (p.Limit-s.V-cost)*pt/s.W
-		r.RetryAfter = start + need*p.tick - now
+		estimate += cost
 	default:
-		// This window's count must fade as the next window's previous one.
-		need := pt - (p.Limit-cost)*pt/s.V
-		r.RetryAfter = start + p.Period + need*p.tick - now
+		r.RetryAfter = p.after(nowT, p.counterFits(bs, estimate, cost)+p.periodTicks-nowT, now)
 	}
-	r.Remaining = max(0, bound-estimate) / pt
+	r.Remaining = max(0, p.Limit-estimate)
 	switch {
-	case current > 0:
-		r.ResetAfter = start + 2*p.Period - now
-	case s.W > 0:
-		r.ResetAfter = start + p.Period - now
+	case r.Allowed && cost > 0:
+		r.ResetAfter = p.after(nowT, p.periodTicks, now)
+	case len(bs) > 0:
+		r.ResetAfter = p.after(nowT, bs[len(bs)-1].Last+p.periodTicks-nowT, now)
 	}
+}
+
+// liveFrom returns the index of the first bucket with a unit inside a window that starts after
+// tick from.
+func liveFrom(bs []Bucket, from int64) int {
+	i := 0
+	for i < len(bs) && bs[i].Last <= from {
+		i++
+	}
+	return i
+}
+
+// bucketEstimate is what the live buckets bs hold inside the window after tick from: all of
+// every bucket but the first, and of the first the share of [First, Last] after from, rounded
+// up (its units are assumed spread evenly; they lie somewhere in it).
+func (p *Params) bucketEstimate(bs []Bucket, from int64) int64 {
+	var sum int64
+	for i := range bs {
+		sum += bs[i].Count
+	}
+	if len(bs) > 0 && from >= bs[0].First {
+		b := &bs[0] // Last > from >= First: the span is not empty
+		sum -= b.Count - ceilDiv(b.Count*(b.Last-from), b.Last-b.First)
+	}
+	return sum
+}
+
+// counterFits returns the earliest tick t at which a window starting after t leaves room for
+// cost, given that it does not now (estimate > Limit-cost): the window's start passes the oldest
+// buckets whole, then into the first bucket i whose count and every later one's exceed the
+// room by no more than its own count, until its share after t is at most the room left.
+func (p *Params) counterFits(bs []Bucket, estimate, cost int64) int64 {
+	var before int64 // the counts of the buckets after i
+	for i := range bs {
+		before += bs[i].Count
+	}
+	for i := range bs {
+		b := &bs[i]
+		before -= b.Count
+		room := p.Limit - cost - before
+		if room < 0 {
+			continue
+		}
+		if b.First == b.Last {
+			return b.Last
+		}
+		// The least t with ⌈Count·(Last-t)/(Last-First)⌉ <= room.
+		return b.Last - room*(b.Last-b.First)/b.Count
+	}
+	return bs[len(bs)-1].Last // unreachable: room >= 0 at the last bucket, as cost <= Limit
+}
+
+// bucketCap is how much a counter's bucket holds before another one is opened.
+func (p *Params) bucketCap() int64 { return max(1, ceilDiv(p.Limit, CounterBuckets)) }
+
+// addBucket records cost units admitted at now in the counter's buckets: into the newest bucket
+// while it has room (or holds this tick already), else into a new one. It never writes where
+// an Undo saved before it can see: the newest bucket, which Undo saves, is changed in place, a
+// new bucket goes past the saved length, and the buckets move back only into an array no
+// running Undo saved a view of (bucketArrays): a lone op's Take uses the same array, a batch
+// alternates two, neither allocates.
+func (p *Params) addBucket(s *State, now, cost int64) {
+	nowT := p.ticks(now)
+	if s.Log == nil {
+		s.Log = &Log{TickExp: p.tickExp}
+	}
+	lg := s.Log
+	bs := lg.Buckets
+	if lg.TickExp != p.tickExp {
+		bs, lg.TickExp = p.convertBuckets(lg), p.tickExp
+		lg.arrays.base = bs[:0]
+	}
+	bs = bs[liveFrom(bs, nowT-p.periodTicks):]
+	if n := len(bs); n > 0 {
+		if b := &bs[n-1]; b.Last >= nowT || b.Count+cost <= p.bucketCap() {
+			b.Count += cost
+			b.Last = max(b.Last, nowT)
+			lg.Buckets = bs
+			return
+		}
+	}
+	if len(bs) == cap(bs) {
+		// Pruning from the front used the array up: move the live buckets back to its
+		// start, or, when an Undo may restore a view of it, to a new array.
+		a := &lg.arrays
+		var nb []Bucket
+		switch spare := arrayEnd(a.spare); {
+		case a.pinned == nil && cap(a.base) == CounterSlots:
+			nb = a.base[:len(bs)] // no Undo running: in place
+		case cap(a.spare) == CounterSlots && spare != a.pinned && spare != a.pinned2:
+			nb = a.spare[:len(bs)]
+			a.base, a.spare = a.spare[:0], a.base
+		default:
+			nb = make([]Bucket, len(bs), CounterSlots)
+			a.base, a.spare = nb[:0], a.base
+		}
+		copy(nb, bs)
+		bs = nb
+		if len(bs) == CounterSlots {
+			bs = mergeBuckets(bs)
+		}
+	}
+	lg.Buckets = append(bs, Bucket{First: nowT, Last: nowT, Count: cost})
+}
+
+// mergeBuckets merges the two adjacent buckets with the least count between them (the oldest
+// such pair), making room for one more.
+func mergeBuckets(bs []Bucket) []Bucket {
+	j := 0
+	for i := 1; i+1 < len(bs); i++ {
+		if bs[i].Count+bs[i+1].Count < bs[j].Count+bs[j+1].Count {
+			j = i
+		}
+	}
+	bs[j] = Bucket{First: bs[j].First, Last: bs[j+1].Last, Count: bs[j].Count + bs[j+1].Count}
+	return append(bs[:j+1], bs[j+2:]...)
+}
+
+// convertBuckets returns lg's buckets in a new array, their ticks counted in p's tick: First
+// rounded down and Last up, so that a bucket's span only widens.
+func (p *Params) convertBuckets(lg *Log) []Bucket {
+	bs := make([]Bucket, len(lg.Buckets), CounterSlots)
+	for i, b := range lg.Buckets {
+		first, last := b.First, b.Last
+		for e := lg.TickExp; e > p.tickExp; e-- {
+			first, last = first*10, last*10+9
+		}
+		for e := lg.TickExp; e < p.tickExp; e++ {
+			first, last = first/10, ceilDiv(last, 10)
+		}
+		bs[i] = Bucket{First: first, Last: last, Count: b.Count}
+	}
+	return bs
 }
 
 func (p *Params) slidingLog(s *State, now, cost int64, r *Result) {

@@ -1,6 +1,8 @@
 package algorithm
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -126,24 +128,39 @@ func TestFixedWindow(t *testing.T) {
 
 func TestSlidingWindowCounter(t *testing.T) {
 	t.Parallel()
+	// A limit of 10 keeps buckets of one unit each: the counter is then an exact log.
 	var s State
 	run(t, mustParams(t, SlidingWindowCounter, 10, 0, time.Second), &s, []step{
-		{at: 0, cost: 10, allowed: true, remaining: 0, reset: 2 * s1},
-		// This window is full: wait for the next, and for 10% of it so the estimate fades to 9.
-		{at: 0, cost: 1, remaining: 0, retry: 1100 * ms, reset: 2 * s1},
-		// Next window, f = 0: the previous 10 weigh fully.
-		{at: s1, cost: 1, remaining: 0, retry: 100 * ms, reset: s1},
-		{at: 1100 * ms, cost: 1, allowed: true, remaining: 0, reset: 1900 * ms},
-		// f = 0.5: 10·0.5 + 1 = 6 used.
-		{at: 1500 * ms, cost: 0, allowed: true, remaining: 4, reset: 1500 * ms},
-		{at: 1500 * ms, cost: 4, allowed: true, remaining: 0, reset: 1500 * ms},
-		// f = 0.5, two windows later: previous 5 weigh 2.5, so 7 fit and the 8th is 0.5 short.
-		{at: 2500 * ms, cost: 8, remaining: 7, retry: 100 * ms, reset: 500 * ms},
-		{at: 2600 * ms, cost: 8, allowed: true, remaining: 0, reset: 1400 * ms},
-		{at: 2600 * ms, cost: 11, remaining: 0, reset: 1400 * ms, reason: ReasonCostExceedsCapacity},
-		// Two idle windows forget everything.
+		{at: 0, cost: 10, allowed: true, remaining: 0, reset: s1},
+		// The window is (now-1s, now]: the ten at 0 leave at exactly 1 s.
+		{at: 0, cost: 1, remaining: 0, retry: s1, reset: s1},
+		{at: s1, cost: 1, allowed: true, remaining: 9, reset: s1},
+		{at: 1500 * ms, cost: 9, allowed: true, remaining: 0, reset: s1},
+		{at: 1600 * ms, cost: 1, remaining: 0, retry: 400 * ms, reset: 900 * ms},
+		// The unit of 1 s has left; the 9 of 1.5 s must leave for a cost of 2.
+		{at: 2 * s1, cost: 2, remaining: 1, retry: 500 * ms, reset: 500 * ms},
+		{at: 2 * s1, cost: 11, remaining: 1, reset: 500 * ms, reason: ReasonCostExceedsCapacity},
 		{at: 9 * s1, cost: 0, allowed: true, remaining: 10},
 	})
+	// A limit of 100 keeps buckets of 5: the oldest, cut by the window's start, is estimated.
+	var b State
+	run(t, mustParams(t, SlidingWindowCounter, 100, 0, time.Second), &b, []step{
+		{at: 0, cost: 1, allowed: true, remaining: 99, reset: s1},
+		{at: 100 * ms, cost: 1, allowed: true, remaining: 98, reset: s1},
+		{at: 200 * ms, cost: 1, allowed: true, remaining: 97, reset: s1},
+		{at: 300 * ms, cost: 1, allowed: true, remaining: 96, reset: s1},
+		{at: 400 * ms, cost: 1, allowed: true, remaining: 95, reset: s1},
+		// The bucket [0, 400ms] holds 5: the 95 open another.
+		{at: 500 * ms, cost: 95, allowed: true, remaining: 0, reset: s1},
+		// From 200 ms on, half the first bucket's span is left: ⌈2.5⌉ = 3 counted (2 are).
+		{at: 1200 * ms, cost: 0, allowed: true, remaining: 2, reset: 300 * ms},
+		// 3 fit once the first bucket's share is 2: a window from 240 ms, at 1.24 s.
+		{at: 1200 * ms, cost: 3, remaining: 2, retry: 40 * ms, reset: 300 * ms},
+		{at: 1240 * ms, cost: 3, allowed: true, remaining: 0, reset: s1},
+	})
+	if n := len(b.Log.Buckets); n != 3 {
+		t.Errorf("%d buckets, want 3: %+v", n, b.Log.Buckets)
+	}
 }
 
 func TestSlidingWindowLog(t *testing.T) {
@@ -295,4 +312,62 @@ func TestLookIsAlwaysAllowed(t *testing.T) {
 			t.Errorf("%s: look over a lowered limit: %+v", k, r)
 		}
 	}
+}
+
+// TestUndoRestoresCounterBuckets runs batches on one sliding_window_counter key the way the
+// memory store does: each op saves an Undo and commits, a denied batch restores them, last
+// first, and the batch's end unpins. Buckets move between arrays as pruning uses them up
+// (bucketArrays): a restored key must hold its buckets from before the batch, and a kept one
+// the buckets of a deep copy that took the same commits alone.
+func TestUndoRestoresCounterBuckets(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(28, 2))
+	for trial := range 50 {
+		p := mustParams(t, SlidingWindowCounter, 1+rng.Int64N(120), 0, time.Second)
+		short := mustParams(t, SlidingWindowCounter, p.Limit, 0, 300*time.Millisecond)
+		var s State
+		now := base
+		for batch := range 400 {
+			now += rng.Int64N(30_000)
+			before, ref := clone(s), clone(s)
+			undos := make([]Undo, 0, 3)
+			for range 1 + rng.IntN(3) {
+				q := &p
+				if rng.IntN(4) == 0 {
+					q = &short // another period on the same key prunes further
+				}
+				cost := 1 + rng.Int64N(3)
+				if !Decide(q, &s, now, cost).Allowed {
+					break
+				}
+				undos = append(undos, Undo{})
+				undos[len(undos)-1].Save(&s)
+				Commit(q, &s, now, cost)
+				Decide(q, &ref, now, cost)
+				Commit(q, &ref, now, cost)
+			}
+			want := ref
+			if rng.IntN(2) == 0 {
+				for i := len(undos) - 1; i >= 0; i-- {
+					undos[i].Restore(&s)
+				}
+				want = before
+			}
+			if s.Log != nil {
+				s.Log.Unpin()
+			}
+			// T, V and W may have rolled in a restored batch's first Decide, before its
+			// Save: the store drops an undone working copy's; the buckets are what is shared.
+			if got, want := bucketsOf(s), bucketsOf(want); !slices.Equal(got, want) {
+				t.Fatalf("trial %d batch %d: buckets %+v, want %+v", trial, batch, got, want)
+			}
+		}
+	}
+}
+
+func bucketsOf(s State) []Bucket {
+	if s.Log == nil {
+		return nil
+	}
+	return s.Log.Buckets
 }

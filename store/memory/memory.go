@@ -297,6 +297,9 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 	changed := false
 	for i := range ops {
 		p := &ps[i]
+		if p.alias < 0 && p.st.Log != nil {
+			p.st.Log.Unpin() // the batch's Undos are done with
+		}
 		// Only what committed is written back, as in the Redis store: a look must not rewrite
 		// state (another tier's parameters would convert it, or prune a log by its period).
 		if p.alias >= 0 || !p.dirty {
@@ -442,9 +445,24 @@ func release(ps []pending) {
 // its own header. e is locked.
 func (e *entry) load(kind algorithm.Kind, now int64, st *algorithm.State) {
 	if e.idleAt <= now {
+		lg := e.log
 		e.t, e.v, e.w, e.idleAt, e.log = 0, 0, 0, 0, nil // as good as fresh
+		if kind == algorithm.SlidingWindowCounter && lg != nil {
+			lg.ClearCounter() // its array serves the key's next buckets
+			e.log = lg
+		}
 	}
 	st.T, st.V, st.W = e.t, e.v, e.w
+	if kind == algorithm.SlidingWindowCounter {
+		// A counter's Decide only reads its buckets, and Commit changes them where Undo can
+		// put them back: the copy shares them. The entry keeps the Log even when a sibling's
+		// denial undoes the commit that made it, so that the key's next batch finds the
+		// buckets' array there instead of allocating one again.
+		if e.log == nil {
+			e.log = &algorithm.Log{}
+		}
+		st.Log = e.log
+	}
 	if kind == algorithm.SlidingWindowLog && e.log != nil {
 		// The working copy gets its own header: Decide prunes by reslicing it, which must
 		// not reach the stored log unless the batch commits. (Commit's in-place merge into

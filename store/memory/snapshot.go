@@ -147,6 +147,17 @@ func encodeBucket(dst []byte, k string, e *entry) []byte {
 		dst = binary.AppendVarint(dst, le.At)
 		dst = binary.AppendVarint(dst, le.Cost)
 	}
+	// A sliding_window_counter's buckets follow, when it has any: a record without them (as
+	// earlier versions wrote) reads as none.
+	if e.log != nil && len(e.log.Buckets) > 0 {
+		dst = binary.AppendVarint(dst, e.log.TickExp)
+		dst = binary.AppendUvarint(dst, uint64(len(e.log.Buckets)))
+		for _, b := range e.log.Buckets {
+			dst = binary.AppendVarint(dst, b.First)
+			dst = binary.AppendVarint(dst, b.Last)
+			dst = binary.AppendVarint(dst, b.Count)
+		}
+	}
 	return dst
 }
 
@@ -460,6 +471,21 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 			for i := range log.Entries {
 				log.Entries[i] = algorithm.Entry{At: d.varint(), Cost: d.varint()}
 			}
+		}
+	}
+	if len(d.b) > 0 {
+		exp := d.varint()
+		if n := d.uvarint(); n > algorithm.CounterSlots || n > uint64(len(d.b))/3 {
+			d.fail()
+		} else if n > 0 {
+			if log == nil {
+				log = &algorithm.Log{}
+			}
+			bs := make([]algorithm.Bucket, n, algorithm.CounterSlots)
+			for i := range bs {
+				bs[i] = algorithm.Bucket{First: d.varint(), Last: d.varint(), Count: d.varint()}
+			}
+			log.SetBuckets(bs, exp)
 		}
 	}
 	if d.err != nil {

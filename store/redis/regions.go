@@ -92,9 +92,13 @@ func (s *Store) ReadStates(ctx context.Context, _ algorithm.Kind, keys [][]byte,
 	return nil
 }
 
-// parseState reads the "t:v:w" string the scripts store (lua/prelude.lua, save_state).
+// parseState reads the "t:v:w" string the scripts store (lua/prelude.lua, save_state); a
+// sliding_window_counter's buckets, after a fourth colon, are not part of what it returns.
 func parseState(raw string) (algorithm.State, bool) {
-	parts := strings.Split(raw, ":")
+	parts := strings.SplitN(raw, ":", 4)
+	if len(parts) == 4 {
+		parts = parts[:3]
+	}
 	if len(parts) != 3 {
 		return algorithm.State{}, false
 	}

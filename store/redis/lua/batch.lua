@@ -21,7 +21,7 @@
 local DECIDED, REPLAYED, MISMATCH = 0, 1, 2
 
 -- UNDO_WIDTH is how many values an op's undo record holds (see batch_at).
-local UNDO_WIDTH = 8
+local UNDO_WIDTH = 13
 
 -- The scratch of batch_at, overwritten by each batch (see prelude.lua): per op i, its op, its
 -- state, its result and the expiry its commit asked for (set only by a commit); the undo
@@ -83,6 +83,8 @@ local function undo_ops(n, counters)
       for j = #s.log, len + 1, -1 do s.log[j] = nil end
       if last then s.log[len][2] = last end
       s.last_changed, s.dirty, s.idle = undo[u + 6], undo[u + 7], undo[u + 8]
+      s.braw, s.bn, s.bsum, s.bexp = undo[u + 9], undo[u + 10], undo[u + 11], undo[u + 12]
+      s.blast = undo[u + 13]
     end
   end
 end
@@ -156,8 +158,9 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
 
   -- What each commit changed, for a sibling's denial (or a failure) to undo: UNDO_WIDTH
   -- values per op in one flat array (t, v, w, log length, last entry's cost or false,
-  -- last_changed, dirty, idle), or false first when the op has none. A lone op has no
-  -- sibling to deny it, and nothing after its commit can fail but the record's write.
+  -- last_changed, dirty, idle, and a counter's buckets: text, number, sum, tick exponent,
+  -- newest), or false first when the op has none. A lone op has no sibling to deny it, and
+  -- nothing after its commit can fail but the record's write.
   local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
     local str = ARGV[ao + i]
@@ -193,6 +196,9 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
         if #s.log >= s.head then last = s.log[#s.log][2] end
         undo[u + 1], undo[u + 2], undo[u + 3], undo[u + 4] = s.t, s.v, s.w, #s.log
         undo[u + 5], undo[u + 6], undo[u + 7], undo[u + 8] = last, s.last_changed, s.dirty, s.idle
+        -- A counter's buckets: a commit may drop, rewrite and merge them.
+        undo[u + 9], undo[u + 10], undo[u + 11], undo[u + 12] = s.braw, s.bn, s.bsum, s.bexp
+        undo[u + 13] = s.blast
       end
       -- The state's expiry moves on at once: an undo restores it with the rest.
       local idle = p.commit(p, s, now, cost)

@@ -132,6 +132,22 @@ local function number(str)
   return x
 end
 
+-- A sliding_window_counter's buckets (algorithm.Bucket) follow its t:v:w after a colon, as
+-- "tick_exp,n,sum;newest;oldest;...": their tick exponent, number and the sum of their counts,
+-- then the newest bucket, then the others oldest first, each "first,last,count", ticks
+-- absolute. load_buckets keeps the buckets as text (see sliding_window_counter.lua): the newest
+-- in s.blast, the others in s.braw; the rest in s.bexp, s.bn, s.bsum.
+local function load_buckets(s, rest)
+  local e, n, sum, last, braw = string.match(rest, '^([^,]*),([^,]*),([^;]*);([^;]*);?(.*)$')
+  s.bexp, s.bn, s.bsum, s.blast, s.braw = tonumber(e), tonumber(n), tonumber(sum), last, braw
+end
+
+local function bucket_string(s)
+  local head = string.format('%d,%d,%d;', s.bexp, s.bn, s.bsum) .. s.blast
+  if s.braw == '' then return head end
+  return head .. ';' .. s.braw
+end
+
 -- load_state reads a key's state into s (a table of the caller's, every field overwritten),
 -- stored as the string "t:v:w" (one GET is several times cheaper inside a script than a
 -- hash's HMGET), and for sliding_window_log the entries of its log list ("at:cost"
@@ -139,12 +155,14 @@ end
 local function load_state(key, log_key, kind, s)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
+  s.bn, s.bexp, s.bsum, s.braw, s.blast = 0, 0, 0, '', nil
   local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers
     -- still fails, at its first use as a number.
-    local t, v, w = string.match(raw, '^([^:]*):([^:]*):(.*)$')
+    local t, v, w, rest = string.match(raw, '^([^:]*):([^:]*):([^:]*):?(.*)$')
     s.t, s.v, s.w = number(t), number(v), number(w)
+    if kind == SLIDING_WINDOW_COUNTER and rest ~= '' then load_buckets(s, rest) end
   end
   if kind == SLIDING_WINDOW_LOG then
     s.log = {}
@@ -176,7 +194,7 @@ end
 -- one written before in none of them (every fresh key of a window holds its start, 1 and 0).
 local saved_t, saved_v, saved_w, saved_value = nil, nil, nil, nil
 
--- save_state writes t:v:w, expiring at expire (ms, a string) or keeping the key's TTL.
+-- save_state writes t:v:w (and a counter's buckets), expiring at expire (ms, a string) or keeping the key's TTL.
 local function save_state(s, expire)
   local t, v, w = s.t, s.v, s.w
   if t ~= saved_t or v ~= saved_v or w ~= saved_w then
@@ -184,6 +202,9 @@ local function save_state(s, expire)
     saved_value = decimal(t) .. ':' .. decimal(v) .. ':' .. decimal(w)
   end
   local value = saved_value
+  if s.kind == SLIDING_WINDOW_COUNTER and s.bn > 0 then
+    value = value .. ':' .. bucket_string(s)
+  end
   if expire then
     call('SET', s.key, value, 'PXAT', expire)
   else

@@ -35,8 +35,10 @@ local function refund(KEYS, ARGV)
         s.t, s.v = now_t + idiv(debt, p.rate), imod(debt, p.rate)
       elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
         s.v = imax(0, s.v - cost)
+        if p.kind == SLIDING_WINDOW_COUNTER then counter_refund(p, s, now, cost) end
       elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then
         s.w = imax(0, s.w - cost)
+        counter_refund(p, s, now, cost)
       elseif p.kind == SLIDING_WINDOW_LOG then
         changed = false
         for j = #s.log, 1, -1 do

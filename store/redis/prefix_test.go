@@ -38,7 +38,7 @@ func TestKeyPrefix(t *testing.T) {
 			c := newClock()
 			prefixed := connect(t, addr+sep+"key_prefix=team-a_", c)
 			plain := connect(t, addr, c)
-			scan := func() []string { return keysOf(t, plain) }
+			scan := func() []string { return storedKeys(t, plain) }
 
 			fw, _ := algorithm.NewParams(algorithm.FixedWindow, 2, 0, time.Minute)
 			swl, _ := algorithm.NewParams(algorithm.SlidingWindowLog, 2, 0, time.Minute)
@@ -105,8 +105,8 @@ func TestKeyPrefix(t *testing.T) {
 	}
 }
 
-// keysOf lists every key held on every server st reaches.
-func keysOf(t *testing.T, st *Store) []string {
+// storedKeys lists every key held on every server st reaches.
+func storedKeys(t *testing.T, st *Store) []string {
 	t.Helper()
 	var all []string
 	for addr, n := range st.client.Nodes() {

@@ -79,6 +79,9 @@ type DescriptorDecision struct {
 	req, assigned policy.Request
 	caller        *policy.Request
 	from          []Descriptor // the request's descriptors, for Caller
+	cfg           *envoyconf.Config
+	domain        string
+	limiter       *Limiter
 	attrKeys      [envoyAttributeCount]string
 	remote        bool // remote_address sets ip
 	mapped        bool // keys differ from the attributes' names
@@ -221,20 +224,11 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			params = &lim.Params
 			st.Limit, st.HasLimit, st.Name = lim, true, lim.Name
 			st.RequestsPerUnit, st.Unit = lim.RequestsPerUnit, lim.Unit
-			if o, ok := l.override(snap, lim, &now, d); ok {
-				if o.Banned {
-					if l.shadow || lim.Shadow {
-						st.Shadow = true // reported, not enforced: counted as usual
-					} else {
-						st.OK, st.ResetAfter = false, max(0, o.Until.Sub(now))
-						d.OK, d.Banned = false, true
-						continue
-					}
-				} else {
-					// The effective limit, which current_limit shows.
-					d.params = append(d.params, o.Params)
-					params = nil
-					st.RequestsPerUnit = uint32(min(o.Params.Limit, math.MaxUint32))
+			// Most requests match no override: they make no call for one.
+			if d.overridden && l.overrideLimit(snap, lim, &now, st, d) {
+				params = nil // in d.params, or banned
+				if d.Banned && !st.OK {
+					continue
 				}
 			}
 			d.keys = appendDescriptorKey(d.keys, r.Domain, lim, desc.Entries)

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -87,19 +88,16 @@ func defaultAttribute(k string) int {
 // applies the identity assignments (an assigned tier replaces the value of the tier entry)
 // and the exemptions, and looks up the overrides whose target the request matches. It returns
 // the descriptors to match, and whether the caller is exempt.
+//
+// With nothing of the control plane in the snapshot it only notes where the attributes are,
+// for Caller to read them if asked: the Envoy path then pays nothing for the control plane.
 func (l *Limiter) control(snap *policy.Snapshot, cfg *envoyconf.Config, r *DescriptorRequest, d *DescriptorDecision) ([]Descriptor, bool) {
-	var domainMap envoyconf.AttributeMap
-	if cfg != nil {
-		domainMap = cfg.Attributes(r.Domain)
-	}
-	d.attrKeys, d.remote = l.attributeKeys(domainMap)
-	d.mapped = len(domainMap) > 0 || len(l.envoyAttrs) > 0
-	d.from, d.caller, d.overridden = r.Descriptors, nil, false
+	d.from, d.cfg, d.domain, d.limiter, d.caller, d.overridden = r.Descriptors, cfg, r.Domain, l, nil, false
 	if !snap.Controls() {
-		return r.Descriptors, false // the attributes are read if Caller asks
+		return r.Descriptors, false
 	}
-	keys := d.attrKeys
 	d.readCaller()
+	keys := d.attrKeys
 	claimed := d.req.Tier
 	d.caller = snap.Assign(&d.req, &d.assigned)
 	if snap.Exempt(d.caller) {
@@ -135,20 +133,45 @@ func (l *Limiter) control(snap *policy.Snapshot, cfg *envoyconf.Config, r *Descr
 	return d.descs, false
 }
 
-// override returns the override for lim in the request control looked up, reading the clock
-// once per request, on first need.
-func (l *Limiter) override(snap *policy.Snapshot, lim *envoyconf.Limit, now *time.Time, d *DescriptorDecision) (policy.EnvoyOverride, bool) {
-	if !d.overridden {
-		return policy.EnvoyOverride{}, false
-	}
+// overrideLimit applies to st the override for lim in the request control looked up,
+// reading the clock once per request, on first need. A ban denies st (unless a shadow limit
+// or global shadow mode only reports it); a multiplier or custom override appends the limit's
+// new parameters to d.params, which current_limit shows. It reports whether an override
+// applied that replaces lim's parameters or denies.
+func (l *Limiter) overrideLimit(snap *policy.Snapshot, lim *envoyconf.Limit, now *time.Time, st *DescriptorStatus, d *DescriptorDecision) bool {
 	if now.IsZero() {
 		*now = l.now()
 	}
-	return snap.EnvoyOverrideFor(lim, *now, &d.scratch)
+	o, ok := snap.EnvoyOverrideFor(lim, *now, &d.scratch)
+	switch {
+	case !ok:
+		return false
+	case o.Banned && (l.shadow || lim.Shadow):
+		st.Shadow = true // reported, not enforced: counted as usual
+		return false
+	case o.Banned:
+		st.OK, st.ResetAfter = false, max(0, o.Until.Sub(*now))
+		d.OK, d.Banned = false, true
+		return true
+	}
+	d.params = append(d.params, o.Params)
+	st.RequestsPerUnit = uint32(min(o.Params.Limit, math.MaxUint32))
+	return true
 }
 
-// readCaller reads the attributes of the request's descriptors into d.req.
+// readCaller reads the attributes of the request's descriptors into d.req, with the entry
+// keys of the domain's mapping and the limiter's.
 func (d *DescriptorDecision) readCaller() {
+	var domainMap envoyconf.AttributeMap
+	if d.cfg != nil {
+		domainMap = d.cfg.Attributes(d.domain)
+	}
+	d.mapped = len(domainMap) > 0 || (d.limiter != nil && len(d.limiter.envoyAttrs) > 0)
+	if d.limiter != nil {
+		d.attrKeys, d.remote = d.limiter.attributeKeys(domainMap)
+	} else {
+		d.attrKeys, d.remote = defaultAttributeKeys, true
+	}
 	if d.mapped {
 		readAttributes(&d.req, d.from, &d.attrKeys, d.remote)
 	} else {

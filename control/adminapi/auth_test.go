@@ -7,15 +7,20 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
 	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/adminapi"
@@ -243,4 +248,203 @@ func TestAPIKeysNeverLogged(t *testing.T) {
 	if strings.Contains(logs, key) {
 		t.Errorf("the log shows the API key: %s", logs)
 	}
+}
+
+func TestTokens(t *testing.T) {
+	e := newEnv(t)
+	r := e.do(call{method: "POST", path: "/admin/v1/tokens", role: control.RoleAdmin, body: `{"name":"ci","role":"write"}`}).want(t, 201)
+	secret := r.str("token")
+	if !strings.HasPrefix(secret, "sluice_") || len(secret) < 40 || r.str("role") != "write" || r.str("name") != "ci" {
+		t.Fatalf("answer %s", r.raw)
+	}
+	h := control.HashToken(secret)
+	// The secret works, as the role it was given.
+	e.do(call{method: "POST", path: "/admin/v1/rules", token: secret, body: `{"name":"by-ci","limit":1,"period":"1s"}`}).want(t, 201)
+	e.do(call{method: "GET", path: "/admin/v1/tokens", token: secret}).want(t, 403)
+	// It is never shown again: not in the list, not in the audit log, not as its hash.
+	list := e.do(call{method: "GET", path: "/admin/v1/tokens", role: control.RoleAdmin}).want(t, 200)
+	audit := e.do(call{method: "GET", path: "/admin/v1/audit?kind=token", role: control.RoleRead}).want(t, 200)
+	for name, raw := range map[string][]byte{"list": list.raw, "audit": audit.raw} {
+		for _, leak := range []string{secret, fmt.Sprintf("%x", h[:]), fmt.Sprintf("%X", h[:8]), "hash"} {
+			if strings.Contains(string(raw), leak) {
+				t.Errorf("%s shows %q: %s", name, leak, raw)
+			}
+		}
+	}
+	var names []string
+	for _, it := range list.json["tokens"].([]any) {
+		m := it.(map[string]any)
+		names = append(names, m["name"].(string)+":"+m["role"].(string))
+		if _, ok := m["token"]; ok {
+			t.Errorf("list shows a secret: %v", m)
+		}
+	}
+	slices.Sort(names)
+	if want := []string{"ci:write", "reader:read", "root:admin", "writer:write"}; !slices.Equal(names, want) {
+		t.Errorf("tokens %v, want %v", names, want)
+	}
+	if !strings.Contains(string(audit.raw), `"target":"ci"`) {
+		t.Errorf("token creation not audited: %s", audit.raw)
+	}
+	// Deleted, it stops working at once.
+	e.do(call{method: "DELETE", path: "/admin/v1/tokens/ci", role: control.RoleAdmin}).want(t, 204)
+	e.do(call{method: "GET", path: "/admin/v1/rules", token: secret}).want(t, 401)
+	if strings.Contains(e.logs.String(), secret) {
+		t.Error("the secret reached the log")
+	}
+}
+
+func TestFailedAuthenticationsAreLimited(t *testing.T) {
+	e := newEnv(t)
+	guesser, operator := "198.51.100.7:5555", "198.51.100.8:5555"
+	for i := range adminapi.DefaultAuthFailures.Max {
+		r := e.do(call{method: "GET", path: "/admin/v1/rules", token: fmt.Sprintf("guess-%d", i), remote: guesser})
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, r.status)
+		}
+	}
+	// The next wrong token is refused at once; a valid one is not refused for the guesser's
+	// failures (an operator behind the same NAT or proxy keeps working), and a missing one is
+	// no guess.
+	r := e.do(call{method: "GET", path: "/admin/v1/rules", token: "guess-again", remote: guesser})
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("%d %v, want 429 with Retry-After", r.status, r.header)
+	}
+	e.do(call{method: "GET", path: "/admin/v1/rules", role: control.RoleRead, remote: guesser}).want(t, 200)
+	e.do(call{method: "GET", path: "/admin/v1/rules", remote: guesser}).want(t, 401)
+	e.do(call{method: "GET", path: "/admin/v1/rules", token: "guess-once-more", remote: guesser}).want(t, 429)
+	// Another address is not affected, and an IPv6 client is counted by its /64.
+	e.do(call{method: "GET", path: "/admin/v1/rules", role: control.RoleRead, remote: operator}).want(t, 200)
+	for i := range adminapi.DefaultAuthFailures.Max {
+		e.do(call{method: "GET", path: "/admin/v1/rules", token: "x", remote: fmt.Sprintf("[2001:db8::%x]:1", i+1)}).want(t, 401)
+	}
+	e.do(call{method: "GET", path: "/admin/v1/rules", token: "y", remote: "[2001:db8::ffff]:1"}).want(t, 429)
+	// Missing tokens and weak roles are not guesses.
+	for range 2 * adminapi.DefaultAuthFailures.Max {
+		e.do(call{method: "GET", path: "/admin/v1/rules", remote: operator}).want(t, 401)
+		e.do(call{method: "GET", path: "/admin/v1/tokens", role: control.RoleRead, remote: operator}).want(t, 403)
+	}
+	// The limit refills with time.
+	e.clock.Add(time.Minute)
+	e.do(call{method: "GET", path: "/admin/v1/rules", token: "guess-after", remote: guesser}).want(t, 401)
+}
+
+// TestAuthFailuresCountedAndLogBounded: every failure is counted by reason, the log holds a
+// bounded number of lines whatever a guesser sends, and never the token.
+func TestAuthFailuresCountedAndLogBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(o *adminapi.Options) { o.Registerer = reg })
+	const guesses = 50
+	for i := range guesses {
+		e.do(call{method: "GET", path: "/admin/v1/rules", token: fmt.Sprintf("secret-guess-%d", i), remote: "198.51.100.9:1"})
+	}
+	counts := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_admin_auth_failures_total" {
+			for _, m := range mf.GetMetric() {
+				counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if counts["invalid"] != float64(adminapi.DefaultAuthFailures.Max) || counts["limited"] != guesses-float64(adminapi.DefaultAuthFailures.Max) {
+		t.Errorf("sluice_admin_auth_failures_total %v, want invalid %d and limited %d", counts, adminapi.DefaultAuthFailures.Max, guesses-adminapi.DefaultAuthFailures.Max)
+	}
+	logged := strings.Count(e.logs.String(), "admin authentication failed")
+	if logged < 1 || logged > 2 {
+		t.Errorf("%d log lines for %d failures within a second of the clock, want 1 (the rest counted in unlogged_before)", logged, guesses)
+	}
+	if strings.Contains(e.logs.String(), "secret-guess") {
+		t.Error("a token reached the log")
+	}
+}
+
+func TestHostileStringsVerbatim(t *testing.T) {
+	e := newEnv(t)
+	hostile := []string{
+		"'; DROP TABLE rules; --",
+		`Robert"); DELETE FROM tokens; --`,
+		"租户-😀-\u202eevil\u202c",
+		"../../etc/passwd",
+		"a/b?c#d%2F",
+		"<script>alert(1)</script>",
+	}
+	for i, s := range hostile {
+		t.Run(s, func(t *testing.T) {
+			name := fmt.Sprintf("%s-%d", s, i)
+			body := fmt.Sprintf(`{"name":%q,"limit":1,"period":"1s","match":{"tenant":%q}}`, name, s)
+			r := e.do(call{method: "POST", path: "/admin/v1/rules", role: control.RoleWrite, body: body}).want(t, 201)
+			if r.str("name") != name {
+				t.Errorf("name %q, want %q", r.str("name"), name)
+			}
+			g := e.do(call{method: "GET", path: "/admin/v1/rules/" + url.PathEscape(name), role: control.RoleRead}).want(t, 200)
+			if g.str("name") != name || g.json["match"].(map[string]any)["tenant"] != s {
+				t.Errorf("read back %s", g.raw)
+			}
+			id := e.do(call{method: "PUT", path: "/admin/v1/identities/api_key/" + url.PathEscape(s), role: control.RoleWrite, body: fmt.Sprintf(`{"tier":%q}`, s)}).want(t, 200)
+			if id.str("value") != s || id.str("tier") != s {
+				t.Errorf("identity %s", id.raw)
+			}
+			g = e.do(call{method: "GET", path: "/admin/v1/identities/api_key/" + url.PathEscape(s), role: control.RoleRead}).want(t, 200)
+			if g.str("value") != s {
+				t.Errorf("identity read back %s", g.raw)
+			}
+			o := e.do(call{method: "POST", path: "/admin/v1/overrides", role: control.RoleWrite, body: fmt.Sprintf(`{"user":%q,"type":"ban","ttl":"1m","reason":%q}`, s, s)}).want(t, 201)
+			if o.str("user") != s || o.str("reason") != s {
+				t.Errorf("override %s", o.raw)
+			}
+		})
+	}
+	// The tables are all there.
+	r := e.do(call{method: "GET", path: "/admin/v1/rules", role: control.RoleRead}).want(t, 200)
+	if n := len(r.json["rules"].([]any)); n != len(hostile)+1 {
+		t.Errorf("%d rules, want %d", n, len(hostile)+1)
+	}
+	e.do(call{method: "GET", path: "/admin/v1/tokens", role: control.RoleAdmin}).want(t, 200)
+}
+
+// TestTrustedProxies: behind a trusted proxy, failures count under the client the proxy
+// names (the rightmost untrusted X-Forwarded-For hop), so a guesser neither locks out an
+// operator behind the same proxy nor escapes its limit by forging the header's left part;
+// without trusted proxies no forwarded header is read at all.
+func TestTrustedProxies(t *testing.T) {
+	const lb = "10.0.0.5:443"
+	guess := func(e *env, xff string, i int64) int {
+		return e.do(call{method: "GET", path: "/admin/v1/rules", token: fmt.Sprintf("guess-%d", i), remote: lb,
+			header: map[string]string{"X-Forwarded-For": xff}}).status
+	}
+	t.Run("trusted", func(t *testing.T) {
+		e := newEnv(t, func(o *adminapi.Options) { o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
+		for i := range adminapi.DefaultAuthFailures.Max {
+			// The guesser forges a fresh left part each time; the proxy appends the real peer.
+			if got := guess(e, fmt.Sprintf("192.0.2.%d, 198.51.100.7", i), i); got != 401 {
+				t.Fatalf("guess %d: %d, want 401", i, got)
+			}
+		}
+		if got := guess(e, "203.0.113.99, 198.51.100.7", 99); got != 429 {
+			t.Errorf("the guesser forging X-Forwarded-For: %d, want 429", got)
+		}
+		// Another client behind the same proxy is not limited by the guesser's failures.
+		if got := guess(e, "198.51.100.8", 100); got != 401 {
+			t.Errorf("another client behind the proxy: %d, want 401 (not limited)", got)
+		}
+		// Hops that are proxies themselves are skipped.
+		if got := guess(e, "198.51.100.7, 10.1.2.3", 101); got != 429 {
+			t.Errorf("the guesser behind two proxies: %d, want 429", got)
+		}
+	})
+	t.Run("untrusted", func(t *testing.T) {
+		e := newEnv(t)
+		for i := range adminapi.DefaultAuthFailures.Max {
+			guess(e, fmt.Sprintf("198.51.100.%d", i), i)
+		}
+		// The header is not read: every guess counted under the proxy's address.
+		if got := guess(e, "198.51.100.200", 200); got != 429 {
+			t.Errorf("a fresh forwarded address without trusted proxies: %d, want 429", got)
+		}
+		e.do(call{method: "GET", path: "/admin/v1/rules", role: control.RoleRead, remote: lb}).want(t, 200)
+	})
 }

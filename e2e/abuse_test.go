@@ -246,21 +246,29 @@ func abuseScenario(t *testing.T, f *abuseFleet, tr traffic) {
 		t.Logf("penalty lifted on both nodes %v after its expiry", late)
 	}
 
-	// Only the holder runs the detector.
+	// Only the lease holder runs the detector. The lease lasts an interval (1 s here): on a
+	// loaded machine the holder may renew it late and the other take it, which is the lease
+	// working; then the holder must have seen it held by the other, and the fleet still made
+	// one penalty.
 	if n := holder.metric(`sluice_abuse_runs_total{status="ok"}`); n < 1 {
 		t.Errorf("the lease holder ran %v times", n)
 	}
 	if n := other.metric(`sluice_abuse_runs_total{status="ok"}`); n != 0 {
-		t.Errorf("the other node ran the detector %v times", n)
+		if lost := holder.metric(`sluice_abuse_runs_total{status="not_leader"}`); lost < 1 {
+			t.Errorf("the other node ran the detector %v times while the holder never lost the lease", n)
+		} else {
+			t.Logf("the lease moved on the loaded machine: the other node ran %v times, the holder saw it held %v times", n, lost)
+		}
 	}
 	if n := other.metric(`sluice_abuse_runs_total{status="not_leader"}`); n < 1 {
 		t.Errorf("the other node counted %v not_leader intervals", n)
 	}
-	if n := holder.metric(`sluice_abuse_flags_total{severity="high"}`); n != 1 {
-		t.Errorf("high flags on the holder: %v, want 1", n)
+	fleet := func(name string) float64 { return holder.metric(name) + other.metric(name) }
+	if n := fleet(`sluice_abuse_flags_total{severity="high"}`); n != 1 {
+		t.Errorf("high flags over the fleet: %v, want 1", n)
 	}
-	if n := holder.metric(`sluice_overrides_applied_total{source="automatic",type="multiplier"}`); n != 1 {
-		t.Errorf("automatic overrides applied on the holder: %v, want 1", n)
+	if n := fleet(`sluice_overrides_applied_total{source="automatic",type="multiplier"}`); n != 1 {
+		t.Errorf("automatic overrides applied over the fleet: %v, want 1", n)
 	}
 
 	// Killing the holder hands the job to the other within two intervals.

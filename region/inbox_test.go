@@ -26,7 +26,7 @@ import (
 // The Redis store keeps the region inbox.
 var _ Inbox = (*redis.Store)(nil)
 
-const inboxPolicy = "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000, period: 1h, regions: global}\n"
+const inboxPolicy = "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000, period: 1000h, regions: global}\n"
 
 // logBuffer collects a node's log lines.
 type logBuffer struct {

@@ -130,7 +130,7 @@ func remoteOf(n *node, user string) int64 {
 func TestGlobalLimitOverGRPC(t *testing.T) {
 	t.Parallel()
 	const sync = 50 * time.Millisecond
-	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n", sync, time.Second, "a", "b")
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1000h, regions: global}\n", sync, time.Second, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	for range 60 {
 		if d := check(t, a.lim, &sluice.Request{User: "ann"}); !d.Allowed {
@@ -204,7 +204,7 @@ func TestSyncBytesPerThousandKeys(t *testing.T) {
 	}
 	t.Parallel()
 	const sync = 100 * time.Millisecond
-	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000000, period: 1h, regions: global}\n", sync, time.Second, "a", "b")
+	nodes, links := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000000, period: 1000h, regions: global}\n", sync, time.Second, "a", "b")
 	a := nodes["a"]
 	users := make([]sluice.Request, 1000)
 	for i := range users {
@@ -235,7 +235,7 @@ func TestSyncBytesPerThousandKeys(t *testing.T) {
 // forwarded decision costs one round trip.
 func TestHomeForwarding(t *testing.T) {
 	t.Parallel()
-	nodes, links := startRegions(t, "rules:\n  - {name: per-second, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond,
+	nodes, links := startRegions(t, "rules:\n  - {name: per-second, key: [], algorithm: fixed_window, limit: 10, period: 1000h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1000h}\n", 50*time.Millisecond,
 		// A forwarded decision past the timeout fails open: a starved test process (race, CI)
 		// must not make one, or the count is not the home's.
 		30*time.Second, "a", "b", "c")
@@ -308,7 +308,7 @@ func TestHomeForwarding(t *testing.T) {
 // changes nothing.
 func TestSyncRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
+	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1000h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1000h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
 	a := nodes["a"]
 	rpc := regionsClient(t, a.addr, testToken)
 	snap := a.lim.Policy()
@@ -385,7 +385,7 @@ func regionsClient(t *testing.T, addr, token string) sluicev1.RegionsClient {
 // refuses a short token.
 func TestRegionsNeedToken(t *testing.T) {
 	t.Parallel()
-	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
+	nodes, _ := startRegions(t, "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 100, period: 1000h, regions: global}\n  - {name: home, key: [], algorithm: fixed_window, limit: 100, period: 1000h, regions: \"home:a\"}\n", time.Hour, time.Second, "a", "b")
 	a := nodes["a"]
 	snap := a.lim.Policy()
 	var sc policy.Scratch
@@ -420,7 +420,7 @@ func TestRegionsNeedToken(t *testing.T) {
 // is counted once at home, and its answer is the first one's; another key counts again.
 func TestHomeForwardingIdempotent(t *testing.T) {
 	t.Parallel()
-	nodes, _ := startRegions(t, "rules:\n  - {name: home, key: [], algorithm: fixed_window, limit: 10, period: 1h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1h}\n", 50*time.Millisecond, 30*time.Second, "a", "b")
+	nodes, _ := startRegions(t, "rules:\n  - {name: home, key: [], algorithm: fixed_window, limit: 10, period: 1000h, regions: \"home:a\"}\n  - {name: local, key: [user], algorithm: fixed_window, limit: 1000, period: 1000h}\n", 50*time.Millisecond, 30*time.Second, "a", "b")
 	homeLeft := func() int64 {
 		var d sluice.Decision
 		if err := nodes["a"].lim.Quota(context.Background(), &sluice.Request{User: "u"}, &d); err != nil {

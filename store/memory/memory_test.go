@@ -487,7 +487,9 @@ func TestDamagedRecordsAreSkipped(t *testing.T) {
 			b[byKey["k150"].off] = 0
 		}), []string{"k050", "k150"}, "skipped=2"},
 		{"zeros over three records", damage(func(b []byte) {
-			first := byKey["k010"]
+			// A record a third into the file: three records from it stay inside it, whatever
+			// order the snapshot wrote the keys in.
+			first := frames[len(frames)/3]
 			for i := first.off; i < first.off+3*(first.end-first.off)-5; i++ {
 				b[i] = 0
 			}

@@ -22,7 +22,7 @@ import (
 // are timed net of the moments the whole test process did not run (stallwatch).
 const (
 	callMargin = 250 * time.Millisecond // over the deadline, for any one call
-	openWithin = time.Second            // from the pause to the breaker open
+	openWithin = 2 * time.Second        // from the pause to the breaker open (it lasts 3 s)
 	backWithin = 10 * time.Second       // from SIGCONT to a decision from the store again
 	pauseFor   = 3 * time.Second
 	callers    = 20

@@ -328,7 +328,8 @@ const mixedBoundCap = 2 * time.Minute
 // mixedRun is what mixedHammer measured.
 type mixedRun struct {
 	requests, admitted, mixed, local int64
-	hotOps, hotRequests              int64 // the global key's store ops and the requests from 300 ms on
+	hotOps, hotRequests              int64         // the global key's store ops and the requests from 300 ms on
+	hotFor                           time.Duration // from 300 ms to the end or the bound
 	usersCounted                     int64
 }
 
@@ -354,7 +355,7 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 	}
 	globalKey := "global-" + strconv.FormatInt(global.Limit, 10)
 	globalOps := func() int64 { return inners[0].opsOn(globalKey) + inners[1].opsOn(globalKey) }
-	var admitted, requests, reachedAt, warmOps, warmRequests, endOps, endRequests atomic.Int64
+	var admitted, requests, reachedAt, warmOps, warmRequests, endOps, endRequests, warmAt, endAt atomic.Int64
 	var warm, ended atomic.Bool
 	start := time.Now()
 	running := func() bool {
@@ -394,6 +395,7 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 				if time.Since(start) > 300*time.Millisecond && warm.CompareAndSwap(false, true) {
 					warmOps.Store(globalOps())
 					warmRequests.Store(requests.Load())
+					warmAt.Store(time.Now().UnixNano())
 				}
 				if allowedAll(ops, res) && admitted.Add(1) == global.Limit {
 					reachedAt.CompareAndSwap(0, time.Now().UnixNano())
@@ -401,6 +403,7 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 				if reachedAt.Load() != 0 && ended.CompareAndSwap(false, true) {
 					endOps.Store(globalOps())
 					endRequests.Store(requests.Load())
+					endAt.Store(time.Now().UnixNano())
 				}
 			}
 		})
@@ -409,9 +412,11 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 	if !ended.Load() {
 		endOps.Store(globalOps())
 		endRequests.Store(requests.Load())
+		endAt.Store(time.Now().UnixNano())
 	}
 	run := mixedRun{requests: requests.Load(), admitted: admitted.Load(),
-		hotOps: endOps.Load() - warmOps.Load(), hotRequests: endRequests.Load() - warmRequests.Load()}
+		hotOps: endOps.Load() - warmOps.Load(), hotRequests: endRequests.Load() - warmRequests.Load(),
+		hotFor: time.Duration(endAt.Load() - warmAt.Load())}
 	for _, n := range nodes {
 		st := n.Stats()
 		run.mixed, run.local = run.mixed+st.Mixed, run.local+st.Local
@@ -448,14 +453,19 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 }
 
 // TestMixedBatchSparesTheStore: a user's limit beside a hot global one that no node's share of
-// runs out: once the global key is hot it reaches the store in at most a tenth of the requests
-// (its syncs), and every request is admitted and counted once by its user's limit.
+// runs out: once the global key is hot it reaches the store in its syncs and at most a tenth of
+// the requests beyond them, and every request is admitted and counted once by its user's limit.
 func TestMixedBatchSparesTheStore(t *testing.T) {
 	t.Parallel()
 	global, _ := algorithm.NewParams(algorithm.FixedWindow, 100_000_000, 0, time.Hour)
 	run := mixedHammer(t, redistest.Start(t), global, false)
-	if run.hotRequests < mixedHotRequests || run.hotOps > run.hotRequests/10 {
-		t.Errorf("the global key reached the store in %d ops for %d requests once hot: want at most a tenth (of at least %d)", run.hotOps, run.hotRequests, mixedHotRequests)
+	// Once hot, the global key reaches the store in its syncs (each node's every 50 ms), not per
+	// request: at most a tenth of the requests beyond those. A loaded machine sends few
+	// requests a second, so the syncs alone can be more than a tenth of them.
+	syncs := 2*int64(run.hotFor/(50*time.Millisecond)) + 4
+	if run.hotRequests < mixedHotRequests || run.hotOps > run.hotRequests/10+syncs {
+		t.Errorf("the global key reached the store in %d ops for %d requests in %v once hot: want at most a tenth of them (of at least %d) beyond the %d syncs",
+			run.hotOps, run.hotRequests, run.hotFor, mixedHotRequests, syncs)
 	}
 	if run.admitted != run.requests {
 		t.Errorf("%d of %d requests admitted under a limit of %d", run.admitted, run.requests, global.Limit)

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	// The zone rules calendar windows need (policy: calendar), built in so that an image
@@ -18,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicehq/sluice/control/adminclient"
+	"github.com/sluicehq/sluice/control/admincli"
 	"github.com/sluicehq/sluice/node"
 )
 
@@ -32,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), configCommand(), checkCommand(), adminCommand(), healthCommand(), &cobra.Command{
+	root.AddCommand(serveCommand(), configCommand(), checkCommand(), admincli.Command(version), healthCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "sluice", version) },
@@ -43,16 +42,13 @@ func main() {
 	}
 }
 
-// exitCode is the exit code of a command's error: an exitError's own, an admin API error's
-// by its status, else 1.
+// exitCode is the exit code of a command's error: an exitError's own, else the admin
+// commands' (admincli.ExitCode: by the admin API's status, else 1).
 func exitCode(err error) int {
-	var ae *adminclient.Error
 	if ce, ok := err.(exitError); ok {
 		return ce.code
-	} else if errors.As(err, &ae) {
-		return adminExitCode(ae.Status)
 	}
-	return 1
+	return admincli.ExitCode(err)
 }
 
 // exitError carries a specific exit code: sluice check exits 2 when the request is denied.

@@ -1,14 +1,47 @@
-package main
+package admincli
 
 import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/sluicehq/sluice/telemetry/fleetstats"
 )
+
+// fleetView is what `admin stats` prints of GET /admin/v1/stats (telemetry/fleetstats.Fleet
+// on the wire): the CLI reads the admin API's JSON, not the telemetry layer's types.
+type fleetView struct {
+	At    time.Time `json:"at"`
+	P99Ms float64   `json:"p99_ms"`
+	Rules []struct {
+		Rule  string                                  `json:"rule"`
+		Rate  struct{ Allowed, Soft, Denied float64 } `json:"rate"`
+		Total struct{ Allowed, Soft, Denied int64 }   `json:"total"`
+	} `json:"rules"`
+	Nodes []struct {
+		Node      string    `json:"node"`
+		Store     string    `json:"store"`
+		StoreUp   bool      `json:"store_up"`
+		Breaker   string    `json:"breaker"`
+		P99Ms     float64   `json:"p99_ms"`
+		Decisions int64     `json:"decisions"`
+		At        time.Time `json:"at"`
+	} `json:"nodes"`
+}
+
+// topView is what `admin top` prints of GET /admin/v1/top.
+type topView struct {
+	Rules []struct {
+		Rule      string `json:"rule"`
+		Consumers []struct {
+			Tenant   string `json:"tenant"`
+			Consumer string `json:"consumer"`
+			Count    int64  `json:"count"`
+			Error    int64  `json:"error"`
+		} `json:"consumers"`
+	} `json:"rules"`
+}
 
 func statsCommand(o *adminOptions) *cobra.Command {
 	return &cobra.Command{
@@ -25,7 +58,7 @@ func statsCommand(o *adminOptions) *cobra.Command {
 			if o.jsonOut() {
 				return writeRaw(out(cmd), a.Body)
 			}
-			var f fleetstats.Fleet
+			var f fleetView
 			if err := json.Unmarshal(a.Body, &f); err != nil {
 				return fmt.Errorf("read the answer: %w", err)
 			}
@@ -68,9 +101,7 @@ summary. COUNT is at most what the consumer sent, COUNT-ERROR at least.`,
 			if o.jsonOut() {
 				return writeRaw(out(cmd), a.Body)
 			}
-			var top struct {
-				Rules []fleetstats.TopRule `json:"rules"`
-			}
+			var top topView
 			if err := json.Unmarshal(a.Body, &top); err != nil {
 				return fmt.Errorf("read the answer: %w", err)
 			}

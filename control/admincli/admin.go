@@ -1,4 +1,4 @@
-package main
+package admincli
 
 import (
 	"encoding/json"
@@ -62,6 +62,7 @@ type adminOptions struct {
 	timeout   time.Duration
 	verbose   bool
 	now       func() time.Time
+	version   string
 }
 
 const adminLong = `Change and inspect a running Sluice fleet through its admin API (/admin/v1).
@@ -81,11 +82,12 @@ Exit codes: 0 done; 1 bad input or flags (HTTP 400), server unreachable or faili
 (404); 4 conflict or If-Match precondition failed (409, 412); 5 authentication: no token, an
 unknown one (401), a weaker role (403), too many failed attempts (429).`
 
-func adminCommand() *cobra.Command { return newAdminCommand(time.Now) }
+// Command builds `sluice admin`; version goes into the client's User-Agent.
+func Command(version string) *cobra.Command { return newAdminCommand(version, time.Now) }
 
 // newAdminCommand builds sluice admin with the clock relative times count from.
-func newAdminCommand(now func() time.Time) *cobra.Command {
-	o := &adminOptions{now: now}
+func newAdminCommand(version string, now func() time.Time) *cobra.Command {
+	o := &adminOptions{now: now, version: version}
 	cmd := group("admin", "Change and inspect a running fleet: rules, overrides, exemptions, identities, tokens, audit, usage")
 	cmd.Long = adminLong
 	cmd.Example = `  export SLUICE_SERVER=http://10.0.0.5:8080 SLUICE_TOKEN=$(cat data/admin.token)
@@ -140,7 +142,7 @@ func (o *adminOptions) client(cmd *cobra.Command) (*adminClient, error) {
 		// Said, not silent: the token of whichever server last wrote this folder is used.
 		fmt.Fprintf(cmd.ErrOrStderr(), "sluice admin: using the bootstrap token in %s (no --token-file, --token, $%s or $%s)\n", from, envToken, envAdminToken)
 	}
-	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + version}
+	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + o.version}
 	if o.verbose {
 		c.Verbose = cmd.ErrOrStderr()
 	}
@@ -168,13 +170,13 @@ func serverURL(flag string) (string, error) {
 // never quote the token.
 func (o *adminOptions) resolveToken(flagGiven bool) (token, from string, _ error) {
 	if o.tokenFile != "" && flagGiven {
-		return "", "", exitError{code: exitGeneral, msg: "give --token or --token-file, not both"}
+		return "", "", ExitError{Code: exitGeneral, Msg: "give --token or --token-file, not both"}
 	}
 	switch {
 	case o.tokenFile != "":
 		b, err := os.ReadFile(o.tokenFile)
 		if err != nil {
-			return "", "", exitError{code: exitAuth, msg: fmt.Sprintf("--token-file: %v", err)}
+			return "", "", ExitError{Code: exitAuth, Msg: fmt.Sprintf("--token-file: %v", err)}
 		}
 		token, from = string(b), "--token-file "+o.tokenFile
 	case flagGiven:
@@ -187,17 +189,17 @@ func (o *adminOptions) resolveToken(flagGiven bool) (token, from string, _ error
 		path := bootstrapTokenFile()
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return "", "", exitError{code: exitAuth, msg: fmt.Sprintf("no token: give --token-file FILE, --token, or set %s (%s: %v)", envToken, path, errors.Unwrap(err))}
+			return "", "", ExitError{Code: exitAuth, Msg: fmt.Sprintf("no token: give --token-file FILE, --token, or set %s (%s: %v)", envToken, path, errors.Unwrap(err))}
 		}
 		token, from = string(b), path
 	}
 	token = strings.TrimSpace(token) // a file's last newline
 	if token == "" {
-		return "", "", exitError{code: exitAuth, msg: from + ": empty token"}
+		return "", "", ExitError{Code: exitAuth, Msg: from + ": empty token"}
 	}
 	for _, r := range token {
 		if r < 0x21 || r == 0x7f {
-			return "", "", exitError{code: exitAuth, msg: from + ": the token holds spaces or control characters"}
+			return "", "", ExitError{Code: exitAuth, Msg: from + ": the token holds spaces or control characters"}
 		}
 	}
 	return token, from, nil

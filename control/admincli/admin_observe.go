@@ -1,4 +1,4 @@
-package main
+package admincli
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package main
+package admincli
 
 import (
 	"bytes"
@@ -81,7 +81,7 @@ type result struct {
 func runCLI(t *testing.T, now func() time.Time, stdin string, args ...string) result {
 	t.Helper()
 	root := &cobra.Command{Use: "sluice", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newAdminCommand(now))
+	root.AddCommand(newAdminCommand("dev", now))
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
@@ -91,7 +91,7 @@ func runCLI(t *testing.T, now func() time.Time, stdin string, args ...string) re
 	code := 0
 	if err != nil {
 		fmt.Fprintln(&stderr, "sluice:", err)
-		code = exitCode(err)
+		code = ExitCode(err)
 	}
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }

@@ -107,6 +107,7 @@ type Decision struct {
 	Results       []Result
 
 	scratch policy.Scratch
+	limits  []policy.Limit // the limits that apply, in scratch
 	req     policy.Request // the request with its identity assignments (Snapshot.Assign)
 	tenant  string         // the tenant and user decided for (Caller)
 	user    string

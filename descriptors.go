@@ -277,13 +277,8 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		}
 	}
 	d.algo = resize(d.algo, len(d.ops))
-	if err := applyDescriptorOps(ctx, l.store, &d.batch, d.ops, d.kinds, d.algo); err != nil {
-		if l.onError != nil {
-			l.onError(err)
-		}
-		if err := l.degradeDescriptors(ctx, r, d, err); err != nil {
-			return err
-		}
+	if _, err := l.storeStep(ctx, d); err != nil {
+		return err
 	}
 	quotas, quotasOver := 0, 0
 	for i, n := range d.opOf {
@@ -379,23 +374,28 @@ func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops
 	return err
 }
 
-// degradeDescriptors decides the ops of a request the store could not, by each limit's
-// on_store_error, with the native rules' degradeOps. A quota op that is closed, or decided by
-// the fallback, goes as a shadow: one over its limit is one more quota over, never a denial of
-// the others (the quota verdict is taken over all ops); a request denied because every quota
-// is over may then have counted its other limits in the local limiter, an imprecision of the
+// apply is an Envoy request's store step (batchForm), quota_mode included.
+func (d *DescriptorDecision) apply(ctx context.Context, st store.Store) (bool, error) {
+	return false, applyDescriptorOps(ctx, st, &d.batch, d.ops, d.kinds, d.algo)
+}
+
+// degrade decides the ops of a request the store could not, by each limit's on_store_error,
+// with the native rules' degradeOps (batchForm). A quota op that is closed, or decided by the
+// fallback, goes as a shadow: one over its limit is one more quota over, never a denial of the
+// others (the quota verdict is taken over all ops); a request denied because every quota is
+// over may then have counted its other limits in the local limiter, an imprecision of the
 // degraded mode only.
-func (l *Limiter) degradeDescriptors(ctx context.Context, r *DescriptorRequest, d *DescriptorDecision, cause error) error {
+func (d *DescriptorDecision) degrade(ctx context.Context, l *Limiter, cause error) error {
 	d.Degraded = true
-	cfg := l.policy.Load().Envoy()
+	descs := d.from
 	modes := make([]store.ErrorMode, len(d.ops))
 	for i, n := range d.opOf {
 		mode := envoyconf.FailOpen
-		if lim := d.limits[n]; lim != nil && r.Descriptors[n].Limit == nil {
+		if lim := d.limits[n]; lim != nil && descs[n].Limit == nil {
 			mode = lim.OnStoreError
-		} else if cfg != nil {
+		} else if d.cfg != nil {
 			// A per-request limit override: the mode in force where its entries lead.
-			mode = cfg.StoreErrorMode(r.Domain, r.Descriptors[n].Entries)
+			mode = d.cfg.StoreErrorMode(d.domain, descs[n].Entries)
 		}
 		modes[i] = mode
 		if mode == store.FailClosed || (mode == store.FailLocal && l.fallback != nil) {

@@ -99,8 +99,8 @@ func (l *Limiter) control(snap *policy.Snapshot, cfg *envoyconf.Config, r *Descr
 	d.readCaller()
 	keys := d.attrKeys
 	claimed := d.req.Tier
-	d.caller = snap.Assign(&d.req, &d.assigned)
-	if snap.Exempt(d.caller) {
+	var exempt bool
+	if d.caller, exempt = admit(snap, &d.req, &d.assigned); exempt {
 		return r.Descriptors, true
 	}
 	d.overridden = snap.MatchEnvoyOverrides(d.caller, &d.scratch)

@@ -175,15 +175,16 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	}
 	snap := l.policy.Load()
 	// The tenant, user and tier assigned by the control plane win over the ones r claims.
-	r = snap.Assign(r, &d.req)
+	r, exempt := admit(snap, r, &d.req)
 	d.reset()
 	d.PolicyVersion, d.tenant, d.user = snap.Version, r.Tenant, r.User
-	if snap.Exempt(r) {
+	if exempt {
 		d.Allowed, d.Exempt = true, true
 		return nil
 	}
 	// The clock is read for override expiry only if an override matches r.
 	limits, now := snap.ResolveNow(r, l.now, &d.scratch)
+	d.limits = limits
 	if len(limits) == 0 {
 		d.Allowed = true
 		if snap.HasOverrides() {
@@ -255,17 +256,9 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 		d.batch.IdempotencyFingerprint, d.fp = store.FingerprintOf(d.ops, d.fp)
 	}
 	if len(d.ops) > 0 {
-		replayed, err := l.store.Apply(ctx, &d.batch, d.algo)
+		replayed, err := l.storeStep(ctx, d)
 		if err != nil {
-			if errors.Is(err, store.ErrIdempotencyMismatch) {
-				return err // the caller's mistake: not a store failure to fall back from
-			}
-			if l.onError != nil {
-				l.onError(err)
-			}
-			if err := l.degrade(ctx, limits, d, err); err != nil {
-				return err
-			}
+			return err
 		}
 		d.Replayed, d.HotKey = replayed, d.batch.HotKey
 	}
@@ -414,10 +407,16 @@ func (l *Limiter) ban(d *Decision, wait time.Duration, reason, rule, scope strin
 	d.Reason, d.Rule, d.Scope = "banned: "+reason, rule, scope
 }
 
+// apply is a native request's store step (batchForm).
+func (d *Decision) apply(ctx context.Context, st store.Store) (bool, error) {
+	return st.Apply(ctx, &d.batch, d.algo)
+}
+
 // degrade decides the limit ops of a batch the store could not, by each rule's
-// on_store_error.
-func (l *Limiter) degrade(ctx context.Context, limits []policy.Limit, d *Decision, cause error) error {
+// on_store_error (batchForm).
+func (d *Decision) degrade(ctx context.Context, l *Limiter, cause error) error {
 	d.Degraded = true
+	limits := d.limits
 	mode := func(i int) store.ErrorMode { return limits[d.opLimit[i]].Rule.OnStoreError }
 	if err := l.degradeOps(ctx, d.ops[:len(d.opLimit)], d.algo, mode, cause); err != nil {
 		return err

@@ -23,18 +23,10 @@ cleanup() {
   rm -rf "$BIN"
 }
 trap cleanup EXIT
-(cd "$BENCH/noop-rls" && go build -o "$BIN/noop-rls" .)
-(cd "$BENCH/rlsload" && go build -o "$BIN/rlsload" .)
+# shellcheck source=scripts/benchlib.sh
+. scripts/benchlib.sh
+build_load
 go build -o "$BIN/sluice" ./cmd/sluice
-
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-wait_port() { for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "envoycontrolbench: port $1 never opened" >&2; return 1; }
 
 mkdir -p "$BIN/policy"
 cat > "$BIN/policy/bench.yaml" <<'YAML'

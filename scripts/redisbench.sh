@@ -29,25 +29,13 @@ cleanup() {
 }
 trap cleanup EXIT
 command -v redis-server >/dev/null || { echo "redisbench: needs redis-server" >&2; exit 1; }
-(cd "$BENCH/noop-rls" && go build -o "$BIN/noop-rls" .)
-(cd "$BENCH/rlsload" && go build -o "$BIN/rlsload" .)
 go build -o "$BIN/sluice" ./cmd/sluice
+
+# shellcheck source=scripts/benchlib.sh
+. scripts/benchlib.sh
 TICK=$(getconf CLK_TCK)
+build_load
 
-# free_port prints a loopback port nothing listens on (other helpers share the machine).
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-wait_port() { for _ in $(seq 1 150); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "redisbench: port $1 never opened" >&2; return 1; }
-
-# cpu_ticks PID prints the process's utime+stime in clock ticks.
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-# redis_cpu prints Redis's used_cpu_sys+used_cpu_user in seconds.
-redis_cpu() { redis-cli -p "$RPORT" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
 # fallback HTTPPORT prints the sum of the server's fail-open decisions.
 fallback() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^sluice_checks_total\{/ && /mode="fallback"/ {s+=$NF} END{printf "%d", s}'; }
 # script_calls prints how many script calls (FCALL, EVALSHA, EVAL) Redis ran since the last resetstat.
@@ -55,10 +43,7 @@ script_calls() { redis-cli -p "$RPORT" info commandstats | tr -d '\r' | awk -F'[
 # transitions LOG prints how many breaker state changes the server logged.
 transitions() { grep -c "store circuit breaker" "$1" || true; }
 
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$BIN" --logfile "$BIN/redis.log" &
-PIDS+=($!)
-wait_port "$RPORT"
+start_redis
 RPID=$(redis-cli -p "$RPORT" info server | tr -d '\r' | sed -n 's/^process_id://p')
 
 NOOP=$(free_port)

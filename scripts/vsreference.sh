@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Sluice against Envoy's reference rate limit service (E) on the same Redis, in one run
+# (issue 31). For 1 and 4 descriptors it alternates E and Sluice three times (E, S, E, S, E, S),
+# each run on an emptied Redis with its statistics reset, and prints per run the checks per
+# second and Redis's CPU per check (INFO cpu, network work included), then per alternation the
+# ratios Sluice/E and their median and spread. Both serve the shared bench's domain (user
+# 1000/minute, tenant 100000/minute, endpoint 100000/second, global 1000000/second). The machine
+# is shared: compare the ratios of one run, not rates across runs.
+#
+#   scripts/vsreference.sh [seconds]        # 10 s per run
+#   E_BIN=/path/service_cmd scripts/vsreference.sh
+#
+# E is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@latest` into
+# ~/.cache/sluice-bench unless E_BIN names it. SLUICE_FLAGS adds serve flags to Sluice. Needs
+# ../shared/bench and redis-server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D=${1:-10}
+BENCH=${BENCH:-../shared/bench}
+BIN=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$BIN"
+}
+trap cleanup EXIT
+# shellcheck source=scripts/benchlib.sh
+. scripts/benchlib.sh
+command -v redis-server >/dev/null || { echo "vsreference: needs redis-server" >&2; exit 1; }
+E_BIN=${E_BIN:-$HOME/.cache/sluice-bench/service_cmd}
+if [ ! -x "$E_BIN" ]; then
+  mkdir -p "$(dirname "$E_BIN")"
+  echo "vsreference: building Envoy's reference service into $E_BIN" >&2
+  (cd "$BIN" && GOBIN=$(dirname "$E_BIN") go install github.com/envoyproxy/ratelimit/src/service_cmd@latest)
+fi
+build_load
+go build -o "$BIN/sluice" ./cmd/sluice
+
+mkdir -p "$BIN/runtime/ratelimit/config" "$BIN/sluice-config"
+cat >"$BIN/runtime/ratelimit/config/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100000}
+  - key: endpoint
+    rate_limit: {unit: second, requests_per_unit: 100000}
+  - key: global
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+YAML
+cp "$BIN/runtime/ratelimit/config/bench.yaml" "$BIN/sluice-config/"
+start_redis
+
+EGRPC=$(free_port)
+env USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT" RUNTIME_ROOT="$BIN/runtime" \
+  RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false GRPC_PORT="$EGRPC" PORT="$(free_port)" \
+  DEBUG_PORT="$(free_port)" LOG_LEVEL=warn "$E_BIN" >"$BIN/e.log" 2>&1 &
+PIDS+=($!)
+SGRPC=$(free_port)
+"$BIN/sluice" serve --config "$BIN/sluice-config" --store "redis://127.0.0.1:$RPORT" --http "127.0.0.1:$(free_port)" \
+  --grpc "127.0.0.1:$SGRPC" --data-dir "$BIN/data" --log-level warn ${SLUICE_FLAGS:-} >"$BIN/sluice.log" 2>&1 &
+PIDS+=($!)
+wait_port "$EGRPC"
+wait_port "$SGRPC"
+
+ROWS=$BIN/rows
+# run NAME PORT DESCRIPTORS ROUND appends "NAME n round rate redis-µs/check" to ROWS.
+run() {
+  local name=$1 port=$2 n=$3 round=$4 out r0 r1 calls rate
+  redis-cli -p "$RPORT" flushall >/dev/null
+  redis-cli -p "$RPORT" config resetstat >/dev/null
+  r0=$(redis_cpu)
+  out=$(rlsload "127.0.0.1:$port" "$n" "$D")
+  r1=$(redis_cpu)
+  calls=$(load_calls "$out")
+  rate=$(load_rate "$out")
+  echo "== $name, $n descriptor(s), round $round: $out"
+  awk -v name="$name" -v n="$n" -v round="$round" -v rate="$rate" -v calls="$calls" -v r0="$r0" -v r1="$r1" \
+    'BEGIN{printf "%s %d %d %.0f %.2f\n", name, n, round, rate, (r1 - r0) * 1e6 / calls}' >>"$ROWS"
+}
+
+for n in 1 4; do
+  for round in 1 2 3; do
+    run E "$EGRPC" "$n" "$round"
+    run S "$SGRPC" "$n" "$round"
+  done
+done
+
+echo
+echo "One run, ${D}s per row, c=50, 1 connection, 100K users, the same Redis emptied before each row."
+printf '%-7s %2s %5s %9s %12s\n' server desc round checks/s "redis µs/ck"
+awk '{printf "%-7s %2d %5d %9d %12.2f\n", ($1 == "E" ? "E" : "Sluice"), $2, $3, $4, $5}' "$ROWS"
+echo
+echo "Sluice/E per alternation (Sluice's run against the E run just before it): median [min-max]"
+awk '
+  $1 == "E" { rate[$2, $3] = $4; cpu[$2, $3] = $5 }
+  $1 == "S" { tr[$2] = tr[$2] " " $4 / rate[$2, $3]; cr[$2] = cr[$2] " " $5 / cpu[$2, $3] }
+  function summary(list,   a, k, i, j, t) {
+    k = split(list, a, " ")
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return sprintf("%.2f [%.2f-%.2f]", a[int((k + 1) / 2)], a[1], a[k])
+  }
+  END {
+    for (n = 1; n <= 4; n += 3) {
+      printf "  %d descriptor(s): throughput %s; Redis CPU per check %s\n", n, summary(tr[n]), summary(cr[n])
+    }
+  }' "$ROWS"

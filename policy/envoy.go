@@ -118,14 +118,38 @@ func AppendEnvoyBurstKey(dst []byte, lim *envoyconf.Limit, r *Request) ([]byte, 
 	if lim.Escalation == nil || r.APIKey == "" && r.User == "" {
 		return dst, false
 	}
-	dst = append(dst, key.Prefix...)
-	dst = append(dst, '@')
-	dst = key.AppendPart(dst, lim.Domain)
-	dst = key.AppendValue(dst, lim.ID)
+	dst = AppendEnvoyHead(dst, lim)
 	dst = append(dst, ":!burst"...)
 	if r.APIKey != "" {
 		return key.AppendTag(dst, 'a', r.APIKey), true
 	}
 	dst = key.AppendTag(dst, 'u', r.User)
 	return key.AppendValue(dst, r.Tenant), true
+}
+
+// AppendEnvoyHead appends the start that every key of lim's buckets shares, sl:@<domain>:<id>:
+// what a native rule's Head is to its keys, by which regions find a limit's keys.
+func AppendEnvoyHead(dst []byte, lim *envoyconf.Limit) []byte {
+	dst = append(dst, key.Prefix...)
+	dst = append(dst, '@')
+	dst = key.AppendPart(dst, lim.Domain)
+	return key.AppendValue(dst, lim.ID)
+}
+
+// EnvoyRegionLimits returns the Envoy-format limits of s whose regions is global or
+// home:NAME, in the order of their domains and files.
+func (s *Snapshot) EnvoyRegionLimits() []*envoyconf.Limit {
+	cfg := s.Envoy()
+	if cfg == nil {
+		return nil
+	}
+	var out []*envoyconf.Limit
+	for _, d := range cfg.Domains() {
+		for _, lim := range cfg.Limits(d) {
+			if lim.Regions != "" {
+				out = append(out, lim)
+			}
+		}
+	}
+	return out
 }

@@ -179,3 +179,25 @@ func TestEnvoyEscalation(t *testing.T) {
 		}
 	})
 }
+
+// TestEnvoyExtensionsAllocateNothing: an RLS request with an adaptive limit of a trusted
+// caller and a limit with an escalation (its burst counter) allocates nothing once its
+// decision's buffers are warm.
+func TestEnvoyExtensionsAllocateNothing(t *testing.T) {
+	trust := 1.0
+	st := &policy.State{Version: 1, Identities: []policy.Identity{{Kind: policy.IdentityUser, Value: "full", Trust: &trust}}}
+	var log burstLog
+	l := extensionsLimiter(t, testutil.NewClock(), st, sluice.WithBurstHook(log.add))
+	r := sluice.DescriptorRequest{Domain: "edge", Descriptors: []sluice.Descriptor{entries("user", "full"), entries("burst", "x")}}
+	var d sluice.DescriptorDecision
+	if n := testing.AllocsPerRun(100, func() {
+		if err := l.CheckDescriptors(ctx, &r, &d); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per request, want 0", n)
+	}
+	if d.Statuses[0].RequestsPerUnit != 150 || len(log.all()) == 0 {
+		t.Errorf("current_limit %d, bursts %d: the request took neither path", d.Statuses[0].RequestsPerUnit, len(log.all()))
+	}
+}

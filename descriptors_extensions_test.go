@@ -201,3 +201,45 @@ func TestEnvoyExtensionsAllocateNothing(t *testing.T) {
 		t.Errorf("current_limit %d, bursts %d: the request took neither path", d.Statuses[0].RequestsPerUnit, len(log.all()))
 	}
 }
+
+// TestEnvoyEscalationCountsOnceUnderQuotaMode: a request whose quota_mode limits are some but
+// not all over is applied twice (applyDescriptorOps); its burst counter counts it once, so the
+// burst is the 6th request of threshold 5, not the 3rd.
+func TestEnvoyEscalationCountsOnceUnderQuotaMode(t *testing.T) {
+	t.Parallel()
+	files, err := policy.ParseFiles(map[string][]byte{"edge.yaml": []byte(`
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000, escalation: {window: 1h, threshold: 5, penalty: 5m}}
+  - key: spent
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: roomy
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testutil.NewClock()
+	snap, skipped := policy.CompileWith(files, &policy.State{Version: 1}, c.Now())
+	if len(skipped) > 0 {
+		t.Fatal(skipped)
+	}
+	var log burstLog
+	l, err := sluice.New(memory.New(memory.WithClock(c.Micros), memory.WithSweepInterval(0)), snap, sluice.WithClock(c.Now), sluice.WithBurstHook(log.add))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range 6 {
+		d := rlsCheck(t, l, 1, entries("user", "u1"), entries("spent", "s"), entries("roomy", "r"))
+		if !d.OK || d.Statuses[1].OK {
+			t.Fatalf("request %d: OK %v, spent quota %v; want allowed with one quota over", i+1, d.OK, d.Statuses[1].OK)
+		}
+		if n := len(log.all()); (i < 5 && n != 0) || (i == 5 && n != 1) {
+			t.Fatalf("after request %d: %d bursts; want the burst at the 6th only", i+1, n)
+		}
+	}
+}

@@ -60,6 +60,9 @@ type DescriptorStatus struct {
 	// the request is denied for it only when every quota_mode descriptor of the request is over
 	// (see CheckDescriptors).
 	Quota bool
+	// Hits is what the request asked of the descriptor: its hits_addend, else the request's
+	// (0 counting as 1). Envoy's reference counts its stats in hits.
+	Hits uint64
 }
 
 // DescriptorDecision is the answer to a DescriptorRequest. Like Decision it keeps its buffers
@@ -210,6 +213,7 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		// A cost beyond any limit's capacity is denied as such (OVER_LIMIT), as in the reference
 		// service; an error would let Envoy's default failure mode wave the request through.
 		cost = min(cost, algorithm.MaxLimit+1)
+		st.Hits = cost
 		start := len(d.keys)
 		var params *algorithm.Params
 		switch {

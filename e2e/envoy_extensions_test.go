@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,6 +125,34 @@ func TestEnvoyExtensionsThroughTheBinary(t *testing.T) {
 		}
 		if admitted != 4 {
 			t.Errorf("an untrusted user was admitted %d times, want 4", admitted)
+		}
+		// /json is the same pipeline.
+		admitted = 0
+		for range 10 {
+			body := `{"domain":"edge","descriptors":[{"entries":[{"key":"client","value":"c3"}]},{"entries":[{"key":"user","value":"trusted"}]}]}`
+			resp, err := http.Post("http://"+s.http+"/json", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out struct {
+				OverallCode string `json:"overallCode"`
+				Statuses    []struct {
+					CurrentLimit struct {
+						RequestsPerUnit uint32 `json:"requestsPerUnit"`
+					} `json:"currentLimit"`
+				} `json:"statuses"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if err != nil || len(out.Statuses) != 2 || out.Statuses[0].CurrentLimit.RequestsPerUnit != 6 {
+				t.Fatalf("/json: %d %+v %v; want current_limit 6 for the trusted user", resp.StatusCode, out, err)
+			}
+			if out.OverallCode == "OK" {
+				admitted++
+			}
+		}
+		if admitted != 6 {
+			t.Errorf("/json: a user of trust 1 was admitted %d times, want 6", admitted)
 		}
 	})
 }

@@ -60,6 +60,9 @@ type DescriptorStatus struct {
 	// the request is denied for it only when every quota_mode descriptor of the request is over
 	// (see CheckDescriptors).
 	Quota bool
+	// Hits is what the request asked of the descriptor: its hits_addend, else the request's
+	// (0 counting as 1). Envoy's reference counts its stats in hits.
+	Hits uint64
 }
 
 // DescriptorDecision is the answer to a DescriptorRequest. Like Decision it keeps its buffers
@@ -101,6 +104,11 @@ type DescriptorDecision struct {
 	keys   []byte
 	spans  [][2]int
 	params []algorithm.Params
+
+	// Burst counters of limits with an escalation (descriptors_control.go), and their keys,
+	// the jth ending at bursts[j].end.
+	bursts    []burstCounter
+	burstKeys []byte
 }
 
 // Caller returns the request's attributes as read from its descriptors' entries, after the
@@ -127,6 +135,7 @@ const (
 	opLimit       opKind = iota // denies the request when over (unless a shadow)
 	opQuota                     // quota_mode: denies only when every quota op is over
 	opShadowQuota               // quota_mode and shadow_mode: a quota op that is never over
+	opCounter                   // an escalation's burst counter: never denies
 )
 
 // CheckDescriptors decides an Envoy-style request: every descriptor's limit is applied in one
@@ -189,6 +198,7 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		d.Statuses = append(d.Statuses, DescriptorStatus{OK: true})
 	}
 	var now time.Time // read once an override needs it
+	escalates := false
 	d.replaced = envoyconf.AppendReplaced(d.replaced, d.limits)
 	replaced := d.replaced
 	for i := range descs {
@@ -203,6 +213,7 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 		// A cost beyond any limit's capacity is denied as such (OVER_LIMIT), as in the reference
 		// service; an error would let Envoy's default failure mode wave the request through.
 		cost = min(cost, algorithm.MaxLimit+1)
+		st.Hits = cost
 		start := len(d.keys)
 		var params *algorithm.Params
 		switch {
@@ -230,7 +241,10 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 				if d.Banned && !st.OK {
 					continue
 				}
+			} else if lim.Adaptive && l.adaptLimit(snap, lim, st, d) {
+				params = nil // in d.params
 			}
+			escalates = escalates || lim.Escalation != nil
 			d.keys = appendDescriptorKey(d.keys, r.Domain, lim, desc.Entries)
 		}
 		d.spans = append(d.spans, [2]int{start, len(d.keys)})
@@ -276,6 +290,10 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 			overrides++
 		}
 	}
+	limitOps := len(d.ops)
+	if escalates && !d.Banned {
+		l.burstCounters(d)
+	}
 	d.algo = resize(d.algo, len(d.ops))
 	if _, err := l.storeStep(ctx, d); err != nil {
 		return err
@@ -313,6 +331,9 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 	if quotas > 0 && quotasOver == quotas {
 		d.OK = false
 	}
+	if len(d.ops) > limitOps && l.onBurst != nil && !d.Degraded {
+		l.reportEnvoyBursts(d, limitOps)
+	}
 	return nil
 }
 
@@ -331,9 +352,10 @@ func (l *Limiter) CheckDescriptors(ctx context.Context, r *DescriptorRequest, d 
 func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops []store.Op, kinds []opKind, res []algorithm.Result) error {
 	quotas, consuming := 0, false
 	for i := range ops {
-		if kinds[i] == opLimit {
+		switch kinds[i] {
+		case opLimit:
 			consuming = consuming || ops[i].Cost > 0
-		} else {
+		case opQuota, opShadowQuota:
 			quotas++
 		}
 	}
@@ -356,7 +378,7 @@ func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops
 		if res[i].Allowed || ops[i].Shadow {
 			continue
 		}
-		if kinds[i] != opQuota {
+		if kinds[i] == opLimit {
 			return nil // denied by a limit
 		}
 		over++
@@ -367,6 +389,13 @@ func applyDescriptorOps(ctx context.Context, st store.Store, b *store.Batch, ops
 	for i := range ops {
 		if kinds[i] == opQuota && !res[i].Allowed {
 			ops[i].Shadow = true
+		}
+	}
+	// Burst counters counted the request already: they only look again, which reports what
+	// the count left (reportEnvoyBursts reads whether they counted from burstCounter).
+	for i := range ops {
+		if kinds[i] == opCounter {
+			ops[i].Cost = 0
 		}
 	}
 	*b = store.Batch{Ops: ops}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/policy/envoyconf"
+	"github.com/sluicehq/sluice/store"
 )
 
 // envoyAttributeCount is len(envoyconf.Attributes).
@@ -178,4 +179,74 @@ func (d *DescriptorDecision) readCaller() {
 		readAttributes(&d.req, d.from, nil, true)
 	}
 	d.caller = &d.req
+}
+
+// adaptLimit gives lim, when adaptive, its parameters at the trust score of the request's
+// caller (policy.Snapshot.EnvoyAdapted), appended to d.params; current_limit shows the scaled
+// limit. It reports whether it did.
+func (l *Limiter) adaptLimit(snap *policy.Snapshot, lim *envoyconf.Limit, st *DescriptorStatus, d *DescriptorDecision) bool {
+	p, ok := snap.EnvoyAdapted(lim, d.Caller())
+	if !ok {
+		return false
+	}
+	d.params = append(d.params, p)
+	st.RequestsPerUnit = uint32(min(p.Limit, math.MaxUint32))
+	return true
+}
+
+// burstCounter is the burst counter op of a limit with an escalation: counted is set when the
+// request consumed (a look counts nothing, as for native rules).
+type burstCounter struct {
+	lim     *envoyconf.Limit
+	end     int // where its key ends in DescriptorDecision.burstKeys
+	counted bool
+}
+
+// burstCounters appends to d.ops, after the limits' ops, a counter op for each limit of the
+// request with an escalation that can name its caller (by API key, else user): escalation's
+// burst counters, as Check sends them for native rules. A limit that two descriptors reach
+// counts the request once.
+func (l *Limiter) burstCounters(d *DescriptorDecision) {
+	d.bursts, d.burstKeys = d.bursts[:0], d.burstKeys[:0]
+	caller := d.Caller()
+	limitOps := len(d.ops)
+	for i := range limitOps {
+		lim := d.limits[d.opOf[i]]
+		if lim == nil || lim.Escalation == nil || slices.ContainsFunc(d.bursts, func(b burstCounter) bool { return b.lim == lim }) {
+			continue
+		}
+		var ok bool
+		if d.burstKeys, ok = policy.AppendEnvoyBurstKey(d.burstKeys, lim, caller); ok {
+			d.bursts = append(d.bursts, burstCounter{lim: lim, end: len(d.burstKeys), counted: d.ops[i].Cost > 0})
+		}
+	}
+	start := 0
+	for _, b := range d.bursts {
+		cost := int64(0)
+		if b.counted {
+			cost = 1
+		}
+		d.ops = append(d.ops, store.Op{Key: d.burstKeys[start:b.end:b.end], Params: &b.lim.Escalation.Params, Cost: cost, Counter: true})
+		d.kinds = append(d.kinds, opCounter)
+		start = b.end
+	}
+}
+
+// reportEnvoyBursts hands the burst hook every burst that the counter ops after the first
+// limitOps ops found, naming the limit by its stat key, which overrides match.
+func (l *Limiter) reportEnvoyBursts(d *DescriptorDecision, limitOps int) {
+	for j, b := range d.bursts {
+		a := &d.algo[limitOps+j]
+		if !b.counted || !policy.BurstOver(a.Allowed, a.Remaining, 1) {
+			continue
+		}
+		caller, esc := d.Caller(), b.lim.Escalation
+		burst := Burst{Rule: b.lim.StatKey, Window: esc.Window, Threshold: esc.Threshold, Penalty: esc.Penalty}
+		if caller.APIKey != "" {
+			burst.APIKey = caller.APIKey
+		} else {
+			burst.Tenant, burst.User = caller.Tenant, caller.User
+		}
+		l.onBurst(burst)
+	}
 }

@@ -161,7 +161,7 @@ var envoyOther = []struct {
 	{"RUNTIME_WATCH_ROOT", refuseNever, "Sluice watches the configuration folder itself (a ConfigMap's swap included) and reloads on change or SIGHUP"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", refuseNever, "Sluice expires each key just after its limit is fully restored, to the microsecond; it adds no jitter"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", refuseNever, "Sluice keeps no cache of over-limit keys; --hot-keys decides a node's hottest keys in the process"},
-	{"NEAR_LIMIT_RATIO", refuseNever, "it sets only the reference's near_limit statistic; Sluice's warning threshold is each rule's soft: percentage"},
+	{"NEAR_LIMIT_RATIO", refuseNever, "it sets only the reference's near_limit statistic, which Sluice counts at the default 0.8; Sluice's warning threshold is each rule's soft: percentage"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", refuseNever, "Sluice never counts a denied request, whatever its value"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", refuseNever, "Sluice does not start without its configuration, so /healthcheck is healthy only with it loaded"},
 	{"STATS_FLUSH_INTERVAL", refuseNever, "Sluice sends StatsD every few seconds, and Prometheus is read when scraped"},

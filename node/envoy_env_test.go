@@ -117,7 +117,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{name: "pool on empty create", vars: map[string]string{"REDIS_POOL_ON_EMPTY_BEHAVIOR": "create"}, err: "REDIS_POOL_ON_EMPTY_BEHAVIOR=create"},
 		{name: "tuning knobs are noted", vars: map[string]string{"NEAR_LIMIT_RATIO": "0.9", "REDIS_POOL_SIZE": "20"}, want: map[string]string{},
 			s: envoySettings{Notes: []envoyNote{
-				{"NEAR_LIMIT_RATIO", "it sets only the reference's near_limit statistic; Sluice's warning threshold is each rule's soft: percentage"},
+				{"NEAR_LIMIT_RATIO", "it sets only the reference's near_limit statistic, which Sluice counts at the default 0.8; Sluice's warning threshold is each rule's soft: percentage"},
 				{"REDIS_POOL_SIZE", "Sluice pipelines calls over one connection per Redis node (the --store URL's pipeline_multiplex spreads them)"},
 			}}},
 	} {

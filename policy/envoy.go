@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/key"
 	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
@@ -83,4 +84,72 @@ func findEnvoyOverride(lists [][]*compiledOverride, lim *envoyconf.Limit, now ti
 		}
 	}
 	return nil
+}
+
+// EnvoyAdapted returns lim's parameters scaled by the trust score of r's caller, as adaptive
+// limits scale a native rule's (adaptive: trust): the burst by 1 + t, the rate by 1 + t/2,
+// rounded down. ok is false when lim is not adaptive, the caller has no score, or the scaled
+// limit could not be counted exactly: lim's own parameters then apply.
+func (s *Snapshot) EnvoyAdapted(lim *envoyconf.Limit, r *Request) (algorithm.Params, bool) {
+	if !lim.Adaptive || lim.Unlimited {
+		return algorithm.Params{}, false
+	}
+	level := s.trust.of(r)
+	if level < 0 {
+		return algorithm.Params{}, false
+	}
+	t, base := s.trust.values[level], &lim.Params
+	limit := base.Limit * (2*trustUnit + t) / (2 * trustUnit)
+	burst := base.Burst * (trustUnit + t) / trustUnit
+	p, err := algorithm.NewParams(base.Kind, limit, burst, lim.Period)
+	if err != nil {
+		return algorithm.Params{}, false
+	}
+	return p, true
+}
+
+// AppendEnvoyBurstKey appends to dst the key of the burst counter of lim (its escalation) for
+// r's caller, and reports true; it reports false, appending nothing, when lim has no
+// escalation or escalation cannot name the caller. As for native rules (AppendBurstKey) the
+// caller is its API key, else its user with its tenant. The key is
+// sl:@<domain>:<limit id>:!burst:{a=#<hash>} or ...:{u=<user>}:<tenant>: where a bucket's key
+// names its algorithm, so the two never meet.
+func AppendEnvoyBurstKey(dst []byte, lim *envoyconf.Limit, r *Request) ([]byte, bool) {
+	if lim.Escalation == nil || r.APIKey == "" && r.User == "" {
+		return dst, false
+	}
+	dst = AppendEnvoyHead(dst, lim)
+	dst = append(dst, ":!burst"...)
+	if r.APIKey != "" {
+		return key.AppendTag(dst, 'a', r.APIKey), true
+	}
+	dst = key.AppendTag(dst, 'u', r.User)
+	return key.AppendValue(dst, r.Tenant), true
+}
+
+// AppendEnvoyHead appends the start that every key of lim's buckets shares, sl:@<domain>:<id>:
+// what a native rule's Head is to its keys, by which regions find a limit's keys.
+func AppendEnvoyHead(dst []byte, lim *envoyconf.Limit) []byte {
+	dst = append(dst, key.Prefix...)
+	dst = append(dst, '@')
+	dst = key.AppendPart(dst, lim.Domain)
+	return key.AppendValue(dst, lim.ID)
+}
+
+// EnvoyRegionLimits returns the Envoy-format limits of s whose regions is global or
+// home:NAME, in the order of their domains and files.
+func (s *Snapshot) EnvoyRegionLimits() []*envoyconf.Limit {
+	cfg := s.Envoy()
+	if cfg == nil {
+		return nil
+	}
+	var out []*envoyconf.Limit
+	for _, d := range cfg.Domains() {
+		for _, lim := range cfg.Limits(d) {
+			if lim.Regions != "" {
+				out = append(out, lim)
+			}
+		}
+	}
+	return out
 }

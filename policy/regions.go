@@ -1,11 +1,11 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/policy/envoyconf"
 )
 
 // RegionMode says how a rule's limit spans regions (docs/architecture.md, Regions).
@@ -21,9 +21,6 @@ const (
 	// decisions there (one cross-region round trip).
 	RegionHome
 )
-
-// maxRegionName bounds a region's name, which travels in every sync message and metric label.
-const maxRegionName = 64
 
 // compileRegions reads a rule's regions field. Global rules must use a window algorithm: their
 // state is a count per window, which is what regions exchange.
@@ -49,22 +46,8 @@ func compileRegions(rule, v string, kind algorithm.Kind, bad func(field, format 
 }
 
 // ValidRegionName returns why name cannot name a region, or "" when it can: 1 to 64 letters,
-// digits, '-', '_' or '.'.
-func ValidRegionName(name string) string {
-	if name == "" {
-		return "empty region name"
-	}
-	if len(name) > maxRegionName {
-		return "region name longer than 64 bytes"
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Sprintf("region name %q holds a character other than letters, digits, '-', '_' and '.'", name)
-		}
-	}
-	return ""
-}
+// digits, '-', '_' or '.' (the same rule as for an Envoy-format limit's home region).
+func ValidRegionName(name string) string { return envoyconf.ValidRegionName(name) }
 
 // Regions returns the rule's regions mode and, for RegionHome, the home region's name.
 func (c *CompiledRule) Regions() (RegionMode, string) { return c.regions, c.home }

@@ -222,13 +222,21 @@ func (r *Region) rulesNow() *ruleSet {
 			info := &ruleInfo{name: c.Name, mode: mode, home: home, kind: c.Algorithm, period: c.MaxPeriod().Microseconds()}
 			rs.byHead[string(c.Head())] = info
 		}
+		// Envoy-format limits with regions, by the head of their keys (policy.AppendEnvoyHead).
+		for _, lim := range snap.EnvoyRegionLimits() {
+			info := &ruleInfo{name: lim.Label(), mode: policy.RegionGlobal, kind: lim.Params.Kind, period: lim.Period.Microseconds()}
+			if home, ok := lim.HomeRegion(); ok {
+				info.mode, info.home = policy.RegionHome, home
+			}
+			rs.byHead[string(policy.AppendEnvoyHead(nil, lim))] = info
+		}
 	}
 	r.rules.Store(rs)
 	return rs
 }
 
-// headOf returns the part of a bucket key that names its rule, sl:<name>:<version>: names and
-// versions escape ':', so it ends at the key's third ':'.
+// headOf returns the part of a bucket key that names its rule, sl:<name>:<version>, or its
+// Envoy-format limit, sl:@<domain>:<id>: parts escape ':', so it ends at the key's third ':'.
 func headOf(k []byte) []byte {
 	n := 0
 	for i, c := range k {

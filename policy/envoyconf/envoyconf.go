@@ -64,6 +64,13 @@ type Limit struct {
 	// another algorithm, Limit = RequestsPerUnit (0 denies every request), Period as above.
 	// Unset (zero) when Unlimited.
 	Params algorithm.Params
+	// Escalation, Adaptive and Regions are the Sluice extensions escalation, adaptive: trust
+	// and regions inside a rate_limit, with a native rule's meaning (DESIGN.md, "Envoy
+	// requests get the whole product"). Escalation is nil and Regions "" when not set;
+	// Regions is "global" or "home:NAME" (HomeRegion).
+	Escalation *Escalation
+	Adaptive   bool
+	Regions    string
 
 	File string // the file that defined the limit, as named to Load
 	Line int    // the line of its rate_limit

@@ -61,13 +61,14 @@ var units = map[string]time.Duration{
 const unitList = "second, minute, hour, day, week, month or year"
 
 // The fields accepted at each level: the reference service's own, plus Sluice's extensions:
-// algorithm and burst inside rate_limit, on_store_error on a domain and on a descriptor.
+// algorithm, burst, escalation, adaptive and regions inside rate_limit, on_store_error on a domain and on a descriptor.
 var (
 	rootFields       = []string{"domain", "descriptors", "on_store_error", "attributes"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata", "on_store_error"}
-	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
-	replacesFields  = []string{"name"}
+	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst",
+		"escalation", "adaptive", "regions"}
+	replacesFields = []string{"name"}
 )
 
 // LoadDir loads every *.yaml and *.yml file of dir (not recursive; names starting with '.' are
@@ -441,8 +442,9 @@ func (p *parser) rateLimit(m *yaml.Node, path string, line int) *Limit {
 	l := &Limit{Domain: p.domain, File: p.file, Line: line}
 	nerr := len(p.errs)
 	var unit, algo string
-	var unitLine, algoLine, burstLine int
+	var unitLine, algoLine, burstLine, adaptiveLine, regionsLine int
 	var burst uint64
+	var adaptive string
 	var replaces []*yaml.Node
 	p.fields(m, path, rateLimitFields, func(field string, k, v *yaml.Node) {
 		fpath := join(path, field)
@@ -465,8 +467,22 @@ func (p *parser) rateLimit(m *yaml.Node, path string, line int) *Limit {
 		case "burst":
 			burst, _ = p.uint(v, fpath, 40)
 			burstLine = k.Line
+		case "escalation":
+			l.Escalation = p.escalation(v, fpath)
+		case "adaptive":
+			adaptive, _ = p.str(v, fpath)
+			adaptiveLine = k.Line
+		case "regions":
+			l.Regions, _ = p.str(v, fpath)
+			regionsLine = k.Line
 		}
 	})
+	if adaptiveLine != 0 {
+		if adaptive != "trust" {
+			p.errorf(adaptiveLine, join(path, "adaptive"), "%q is not trust, the only adaptive mode", adaptive)
+		}
+		l.Adaptive = true
+	}
 
 	for i, r := range replaces {
 		rpath := fmt.Sprintf("%s.replaces[%d]", path, i)
@@ -499,6 +515,17 @@ func (p *parser) rateLimit(m *yaml.Node, path string, line int) *Limit {
 		if burstLine != 0 {
 			p.errorf(burstLine, join(path, "burst"), "must not be set when unlimited is true")
 		}
+		for _, f := range []struct {
+			line  int
+			field string
+		}{{adaptiveLine, "adaptive"}, {regionsLine, "regions"}} {
+			if f.line != 0 {
+				p.errorf(f.line, join(path, f.field), "must not be set when unlimited is true")
+			}
+		}
+		if l.Escalation != nil {
+			p.errorf(line, join(path, "escalation"), "must not be set when unlimited is true")
+		}
 		if len(p.errs) > nerr {
 			return nil
 		}
@@ -529,6 +556,9 @@ func (p *parser) rateLimit(m *yaml.Node, path string, line int) *Limit {
 		case kind != 0 && !kind.IsBucket():
 			p.errorf(burstLine, join(path, "burst"), "only token_bucket, gcra and leaky_bucket take a burst, not %s", kind)
 		}
+	}
+	if regionsLine != 0 {
+		p.regions(l.Regions, regionsLine, join(path, "regions"), kind)
 	}
 	if len(p.errs) > nerr {
 		return nil

@@ -109,6 +109,59 @@ descriptors:
 	}
 }
 
+func TestLimitExtensions(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, map[string]string{"f.yaml": `
+domain: ext
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      escalation: {window: 10s, threshold: 50, penalty: 5m}
+      adaptive: trust
+      regions: global
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_window_counter, regions: "home:eu-west", escalation: {window: 1d, threshold: 3, penalty: 2d}}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 5}
+`}, false)
+	tests := []struct {
+		entry         string
+		esc           *Escalation
+		adaptive      bool
+		regions, home string
+	}{
+		{"user", &Escalation{Window: 10 * time.Second, Threshold: 50, Penalty: 5 * time.Minute}, true, "global", ""},
+		{"ip", &Escalation{Window: 24 * time.Hour, Threshold: 3, Penalty: 48 * time.Hour}, false, "home:eu-west", "eu-west"},
+		{"plain", nil, false, "", ""},
+	}
+	for _, tt := range tests {
+		l := c.Match("ext", e(tt.entry, "x")).Limit
+		if l == nil {
+			t.Fatalf("%s: no limit", tt.entry)
+		}
+		if (l.Escalation == nil) != (tt.esc == nil) {
+			t.Fatalf("%s: Escalation = %+v, want %+v", tt.entry, l.Escalation, tt.esc)
+		}
+		if tt.esc != nil {
+			got := *l.Escalation
+			if got.Window != tt.esc.Window || got.Threshold != tt.esc.Threshold || got.Penalty != tt.esc.Penalty {
+				t.Errorf("%s: Escalation = %+v, want %+v", tt.entry, got, tt.esc)
+			}
+			if got.Params.Kind != algorithm.FixedWindow || got.Params.Limit != tt.esc.Threshold+1 || got.Params.Period != tt.esc.Window.Microseconds() {
+				t.Errorf("%s: burst counter params = %+v, want a fixed window of threshold+1 per window", tt.entry, got.Params)
+			}
+		}
+		if l.Adaptive != tt.adaptive || l.Regions != tt.regions {
+			t.Errorf("%s: adaptive %v regions %q, want %v %q", tt.entry, l.Adaptive, l.Regions, tt.adaptive, tt.regions)
+		}
+		if home, ok := l.HomeRegion(); home != tt.home || ok != (tt.home != "") {
+			t.Errorf("%s: HomeRegion = %q %v, want %q", tt.entry, home, ok, tt.home)
+		}
+	}
+}
+
 func TestAcceptedSpellings(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -233,6 +286,20 @@ func TestLoadErrors(t *testing.T) {
 		{"burst on a window", one(head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 10}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.burst", "only token_bucket, gcra and leaky_bucket"},
 		{"burst zero", one(head + "  - key: k\n    rate_limit: {unit: second, algorithm: gcra, burst: 0}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.burst", "at least 1"},
 		{"too fine to count", one(head + "  - key: k\n    rate_limit: {unit: year, requests_per_unit: 4294967291, algorithm: token_bucket}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit", "too fine"},
+		{"escalation not a mapping", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: 5}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation", "must be a mapping"},
+		{"escalation unknown field", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {window: 10s, threshold: 5, penalty: 1m, ban: 1h}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.ban", "unknown field"},
+		{"escalation without window", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {threshold: 5, penalty: 1m}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.window", "required"},
+		{"escalation bad window", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {window: soon, threshold: 5, penalty: 1m}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.window", "must be a duration"},
+		{"escalation window too short", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {window: 1us, threshold: 5, penalty: 1m}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.window", "must be from 1ms"},
+		{"escalation threshold zero", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {window: 10s, threshold: 0, penalty: 1m}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.threshold", "must be from 1"},
+		{"escalation without penalty", one(head + "  - key: k\n    rate_limit: {unit: second, escalation: {window: 10s, threshold: 5}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation.penalty", "must be from 1s"},
+		{"escalation with unlimited", one(head + "  - key: k\n    rate_limit: {unlimited: true, escalation: {window: 10s, threshold: 5, penalty: 1m}}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.escalation", "must not be set when unlimited"},
+		{"adaptive not trust", one(head + "  - key: k\n    rate_limit: {unit: second, adaptive: load}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.adaptive", `"load" is not trust`},
+		{"adaptive with unlimited", one(head + "  - key: k\n    rate_limit: {unlimited: true, adaptive: trust}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.adaptive", "must not be set when unlimited"},
+		{"regions unknown", one(head + "  - key: k\n    rate_limit: {unit: second, regions: everywhere}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.regions", "is not global or home:NAME"},
+		{"regions global on a bucket", one(head + "  - key: k\n    rate_limit: {unit: second, algorithm: gcra, regions: global}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.regions", "needs a window algorithm"},
+		{"regions bad home", one(head + "  - key: k\n    rate_limit: {unit: second, regions: \"home:eu west\"}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.regions", "home:NAME"},
+		{"regions with unlimited", one(head + "  - key: k\n    rate_limit: {unlimited: true, regions: global}\n"), false, "bad.yaml", 4, "descriptors[0].rate_limit.regions", "must not be set when unlimited"},
 		{"domain in two files", map[string]string{"a.yaml": "domain: d\n", "b.yaml": "# b\ndomain: d\n"}, false, "b.yaml", 2, "domain", `domain "d" is already defined in a.yaml:1`},
 		{"merge conflict", map[string]string{"a.yaml": head + "  - key: k\n", "b.yaml": head + "  - key: x\n  - key: k\n"}, true, "b.yaml", 4, "descriptors", `descriptor key "k" (no value) is already defined in a.yaml:3`},
 		{"merge conflict with nested children", map[string]string{"a.yaml": head + "  - key: k\n    value: v\n    descriptors: [{key: a}]\n", "b.yaml": head + "  - key: k\n    value: v\n    descriptors: [{key: b}]\n"}, true, "b.yaml", 3, "descriptors", "already defined in a.yaml:3"},

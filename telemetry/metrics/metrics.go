@@ -26,6 +26,8 @@ type Metrics struct {
 	controlUp    prometheus.Gauge
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
+	envoyStats   *prometheus.CounterVec
+	envoyByRule  atomic.Pointer[map[string]*envoyCounters]
 	durations    atomic.Pointer[map[string]prometheus.Observer]
 	mu           sync.Mutex // serialises copy-on-write of the caches
 	storeErrName string
@@ -80,7 +82,13 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 		storeErrName: storeName,
 		reg:          reg,
 	}
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp)
+	m.envoyStats = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_envoy_stats_total",
+		Help: "Hits of RLS requests under each Envoy-format limit (rule), counted as Envoy's reference service counts its stats (stat: total_hits, within_limit, near_limit, over_limit, shadow_mode).",
+	}, []string{"rule", "stat"})
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats)
+	byRule := map[string]*envoyCounters{}
+	m.envoyByRule.Store(&byRule)
 	empty := map[checkKey]prometheus.Counter{}
 	m.counters.Store(&empty)
 	durations := map[string]prometheus.Observer{}
@@ -142,6 +150,9 @@ func (m *Metrics) ObserveDescriptors(api string, d *sluice.DescriptorDecision, e
 			state, stMode = "hard", "shadow"
 		}
 		m.counter(checkKey{api, rule, result, state, stMode}).Inc()
+		if st.Limit != nil && st.Hits > 0 {
+			m.envoyCounters(rule).add(st, d.OK && st.OK && !st.Shadow)
+		}
 	}
 	m.observer(api).Observe(elapsed.Seconds())
 }

@@ -1,6 +1,8 @@
 package metrics_test
 
 import (
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -72,7 +74,8 @@ func TestTenantThrottleReplacesTheSet(t *testing.T) {
 }
 
 // TestObserveDescriptorsAllocatesNothing: an RLS decision under an unnamed limit is counted
-// under domain/id without building that label on every call.
+// under domain/id, with its hits in sluice_envoy_stats_total, without building that label on
+// every call.
 func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
 	cfg, err := envoyconf.Load(map[string][]byte{"rls.yaml": []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}, false)
 	if err != nil {
@@ -81,7 +84,7 @@ func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
 	lim := cfg.Limits("bench")[0]
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "memory")
-	d := &sluice.DescriptorDecision{Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim}}}
+	d := &sluice.DescriptorDecision{OK: true, Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim, RequestsPerUnit: 10, Remaining: 9, Hits: 1}}}
 	m.ObserveDescriptors("rls", d, time.Millisecond) // creates the counter
 	if n := testing.AllocsPerRun(100, func() { m.ObserveDescriptors("rls", d, time.Millisecond) }); n != 0 {
 		t.Fatalf("%v allocations per decision, want 0", n)
@@ -90,17 +93,42 @@ func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got float64
+	got := map[string]float64{}
 	for _, mf := range mfs {
 		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range mt.GetLabel() {
-				if l.GetName() == "rule" && l.GetValue() == "bench/user" && mt.GetCounter() != nil {
-					got += mt.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["rule"] == "bench/user" && mt.GetCounter() != nil {
+				got[mf.GetName()+"/"+labels["stat"]] += mt.GetCounter().GetValue()
 			}
 		}
 	}
-	if got != 102 {
-		t.Fatalf("bench/user counted %v, want 102 (AllocsPerRun runs once more than asked)", got)
+	// AllocsPerRun runs once more than asked: 102 decisions of one hit each, within the limit.
+	want := map[string]float64{"sluice_checks_total/": 102, "sluice_envoy_stats_total/total_hits": 102, "sluice_envoy_stats_total/within_limit": 102,
+		"sluice_envoy_stats_total/near_limit": 0, "sluice_envoy_stats_total/over_limit": 0, "sluice_envoy_stats_total/shadow_mode": 0}
+	if !maps.Equal(got, want) {
+		t.Fatalf("bench/user counted %v, want %v", got, want)
+	}
+}
+
+// BenchmarkObserveDescriptors: what counting one RLS descriptor costs, without hits (the
+// decision count alone, as before sluice_envoy_stats_total) and with them.
+func BenchmarkObserveDescriptors(b *testing.B) {
+	cfg, err := envoyconf.Load(map[string][]byte{"rls.yaml": []byte("domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim := cfg.Limits("bench")[0]
+	for _, hits := range []uint64{0, 1} {
+		b.Run(fmt.Sprintf("hits=%d", hits), func(b *testing.B) {
+			m := metrics.New(prometheus.NewRegistry(), "memory")
+			d := &sluice.DescriptorDecision{OK: true, Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim, RequestsPerUnit: 10, Remaining: 1, Hits: hits}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				m.ObserveDescriptors("rls", d, time.Millisecond)
+			}
+		})
 	}
 }

@@ -30,13 +30,14 @@
 //
 // # Envoy's names
 //
-// With Options.EnvoyPolicy, the decisions of Envoy's API (sluice_checks_total{api="rls"}) are
-// also counted under the names Envoy's reference service gives them, so that dashboards and
-// alerts made for it keep working: ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits,
-// over_limit, within_limit, shadow_mode}, KEY being the descriptor path as the reference
-// writes it (key_value.key2). They count decisions per limit, where the reference counts hits
-// (hits_addend); near_limit, over_limit_with_local_cache and detailed_metric's per-value
-// names have no counterpart.
+// With Options.EnvoyPolicy, the hits of Envoy's API under each limit
+// (sluice_envoy_stats_total{rule,stat}, counted as the reference counts them: hits_addend,
+// near_limit past 0.8 of the limit) are also sent under the names Envoy's reference service
+// gives them, so that dashboards and alerts made for it keep working:
+// ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, within_limit, near_limit, over_limit,
+// shadow_mode}, KEY being the descriptor path as the reference writes it (key_value.key2).
+// over_limit_with_local_cache (no such cache) and detailed_metric's per-value names (one name
+// per request value, unbounded in Prometheus) have no counterpart.
 //
 // # Transport
 //
@@ -55,7 +56,6 @@
 package statsd
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -290,7 +290,7 @@ func (s *Sink) family(mf *dto.MetricFamily) error {
 		case dto.MetricType_COUNTER:
 			delta := s.delta(name, labels, "", "", m.GetCounter().GetValue())
 			note(s.emit(name, labels, "", "", delta, 'c'))
-			if mf.GetName() == "sluice_checks_total" {
+			if mf.GetName() == "sluice_envoy_stats_total" {
 				note(s.envoyCounts(labels, delta))
 			}
 		case dto.MetricType_GAUGE:
@@ -540,57 +540,39 @@ func (e *envoyKeys) refresh(snap *policy.Snapshot) {
 	}
 }
 
-// envoyCounts adds an RLS decision count to the reference service's names.
+// envoyCounts adds a count of sluice_envoy_stats_total to the reference service's name of its
+// stat: ratelimit.service.rate_limit.KEY.STAT.
 func (s *Sink) envoyCounts(labels []*dto.LabelPair, delta float64) error {
 	if s.envoy.keys == nil || delta == 0 {
 		return nil
 	}
-	var api, rule, result, mode string
+	var rule, stat string
 	for _, l := range labels {
 		switch l.GetName() {
-		case "api":
-			api = l.GetValue()
 		case "rule":
 			rule = l.GetValue()
-		case "result":
-			result = l.GetValue()
-		case "mode":
-			mode = l.GetValue()
+		case "stat":
+			stat = l.GetValue()
 		}
 	}
 	key, ok := s.envoy.keys[rule]
-	if api != "rls" || !ok {
+	if !ok || stat == "" {
 		return nil
 	}
-	var errs []error
-	count := func(stat string) {
-		b := s.line[:0]
-		if s.o.Prefix != "" {
-			b = append(b, s.o.Prefix...)
-			b = append(b, '.')
-		}
-		b = append(b, "ratelimit.service.rate_limit."...)
-		b = appendEnvoyKey(b, key)
+	b := s.line[:0]
+	if s.o.Prefix != "" {
+		b = append(b, s.o.Prefix...)
 		b = append(b, '.')
-		b = append(b, stat...)
-		b = append(b, ':')
-		b = strconv.AppendFloat(b, delta, 'f', -1, 64)
-		b = append(b, '|', 'c')
-		s.line = b
-		errs = append(errs, s.write(b))
 	}
-	count("total_hits")
-	switch {
-	case mode == "shadow":
-		// As the reference: over the limit, counted as such, and answered OK.
-		count("over_limit")
-		count("shadow_mode")
-	case result == "denied":
-		count("over_limit")
-	default:
-		count("within_limit")
-	}
-	return errors.Join(errs...)
+	b = append(b, "ratelimit.service.rate_limit."...)
+	b = appendEnvoyKey(b, key)
+	b = append(b, '.')
+	b = append(b, stat...)
+	b = append(b, ':')
+	b = strconv.AppendFloat(b, delta, 'f', -1, 64)
+	b = append(b, '|', 'c')
+	s.line = b
+	return s.write(b)
 }
 
 // appendEnvoyKey appends a stat key with the bytes StatsD cannot carry in a name (':', '|',

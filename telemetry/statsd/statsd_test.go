@@ -404,8 +404,10 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 }
 
-// TestEnvoyNames: with EnvoyPolicy, RLS decisions are also counted under the reference
-// service's names (ratelimit.service.rate_limit.DOMAIN.KEY.*), for named and unnamed limits.
+// TestEnvoyNames: with EnvoyPolicy, the hits of RLS requests are also counted under the
+// reference service's names (ratelimit.service.rate_limit.DOMAIN.KEY.*), for named and unnamed
+// limits, as the reference counts them (src/limiter/base_limiter.go): total_hits counts
+// hits_addend, near_limit the hits past 0.8 of the limit, over_limit those past the limit.
 func TestEnvoyNames(t *testing.T) {
 	t.Parallel()
 	cfg, err := envoyconf.Load(map[string][]byte{"edge.yaml": []byte(`
@@ -416,6 +418,8 @@ descriptors:
   - key: path
     value: /export
     rate_limit: {name: export, unit: hour, requests_per_unit: 1}
+  - key: bulk
+    rate_limit: {unit: minute, requests_per_unit: 10}
   - key: tenant
     descriptors:
       - key: quota
@@ -437,21 +441,27 @@ descriptors:
 	t.Cleanup(func() { lim.Close() })
 	reg := prometheus.NewRegistry()
 	srv := rls.New(lim, metrics.New(reg, "memory"), rls.Options{})
-	ask := func(kv ...string) {
+	askHits := func(hits uint32, kv ...string) {
 		d := &commonv3.RateLimitDescriptor{}
 		for i := 0; i+1 < len(kv); i += 2 {
 			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
 		}
-		if _, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d}}); err != nil {
+		if _, err := srv.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: hits, Descriptors: []*commonv3.RateLimitDescriptor{d}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	ask := func(kv ...string) { askHits(0, kv...) }
 	for range 3 {
 		ask("client_id", "c1") // 2 within, 1 over
 	}
 	ask("path", "/export")
 	ask("tenant", "t1", "quota", "daily")
 	ask("tenant", "t1", "quota", "daily") // over, in shadow mode
+	// 3 hits at a time against 10: 0→3, 3→6, 6→9 within (1 hit past the near threshold of 8),
+	// then 9→12 over: 2 hits over the limit, 1 between 8 and 10 near (max(8, 9) to 10).
+	for range 4 {
+		askHits(3, "bulk", "b1")
+	}
 
 	l := listen(t)
 	s := newSink(t, l.addr(), reg, statsd.Options{EnvoyPolicy: lim.Policy})
@@ -463,16 +473,23 @@ descriptors:
 	}
 	slices.Sort(got)
 	want := []string{
+		// Limit 2, near threshold floor(1.6) = 1: the 2nd hit is near, the 3rd over.
+		"ratelimit.service.rate_limit.edge.client_id.near_limit:1|c",
 		"ratelimit.service.rate_limit.edge.client_id.over_limit:1|c",
-		"ratelimit.service.rate_limit.edge.client_id.total_hits:1|c",
-		"ratelimit.service.rate_limit.edge.client_id.total_hits:2|c",
+		"ratelimit.service.rate_limit.edge.client_id.total_hits:3|c",
 		"ratelimit.service.rate_limit.edge.client_id.within_limit:2|c",
+		"ratelimit.service.rate_limit.edge.bulk.near_limit:2|c",
+		"ratelimit.service.rate_limit.edge.bulk.over_limit:2|c",
+		"ratelimit.service.rate_limit.edge.bulk.total_hits:12|c",
+		"ratelimit.service.rate_limit.edge.bulk.within_limit:9|c",
+		// Limit 1, near threshold 0: the one hit within is near too.
+		"ratelimit.service.rate_limit.edge.path_/export.near_limit:1|c",
 		"ratelimit.service.rate_limit.edge.path_/export.total_hits:1|c",
 		"ratelimit.service.rate_limit.edge.path_/export.within_limit:1|c",
+		"ratelimit.service.rate_limit.edge.tenant.quota_daily.near_limit:1|c",
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.over_limit:1|c",
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.shadow_mode:1|c",
-		"ratelimit.service.rate_limit.edge.tenant.quota_daily.total_hits:1|c",
-		"ratelimit.service.rate_limit.edge.tenant.quota_daily.total_hits:1|c",
+		"ratelimit.service.rate_limit.edge.tenant.quota_daily.total_hits:2|c",
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.within_limit:1|c",
 	}
 	slices.Sort(want)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-
 	"github.com/sluicehq/sluice/internal/strictjson"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -131,4 +130,3 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, release bool) {
 	out = strconv.AppendBool(out, st.Repeated)
 	w.Write(append(out, "}\n"...))
 }
-

@@ -11,7 +11,9 @@ import (
 func TestReserveCommitRelease(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	q := func() float64 { return decode(t, post(s, "/v1/quota", `{"tenant":"t","user":"r"}`))["remaining"].(float64) }
+	q := func() float64 {
+		return decode(t, post(s, "/v1/quota", `{"tenant":"t","user":"r"}`))["remaining"].(float64)
+	}
 	w := post(s, "/v1/reserve", `{"tenant":"t","user":"r","cost":3,"ttl":"90s"}`)
 	body := decode(t, w)
 	lease, _ := body["lease"].(string)

@@ -14,7 +14,7 @@ import (
 )
 
 // reserve answers POST /v1/reserve: the check's body plus ttl; 200 with {lease, reserved,
-// expires_at, ...the decision} when allowed, the check's 429 when denied (nothing consumed).
+// expires_at, tenant, ...the decision} when allowed, the check's 429 when denied (nothing consumed).
 func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sc := s.buffers.Get().(*scratch)
@@ -63,7 +63,11 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	out = strconv.AppendInt(out, lease.Reserved, 10)
 	out = append(out, `,"expires_at":"`...)
 	out = lease.ExpiresAt.UTC().AppendFormat(out, time.RFC3339Nano)
-	out = append(out, `",`...)
+	// The tenant a commit must name: the control plane may have assigned another than the
+	// body's (by api_key).
+	out = append(out, `","tenant":`...)
+	out = strconv.AppendQuote(out, lease.Tenant)
+	out = append(out, ',')
 	decision := sc.d.AppendJSON(out[len(out):])
 	out = append(out, decision[1:]...) // the decision's fields, after its '{'
 	sc.out = out

@@ -17,7 +17,7 @@ func TestReserveCommitRelease(t *testing.T) {
 	w := post(s, "/v1/reserve", `{"tenant":"t","user":"r","cost":3,"ttl":"90s"}`)
 	body := decode(t, w)
 	lease, _ := body["lease"].(string)
-	if w.Code != 200 || !strings.HasPrefix(lease, "ls_") || body["reserved"] != 3.0 || body["allowed"] != true || body["expires_at"] == nil || body["rule"] != "per-user" {
+	if w.Code != 200 || !strings.HasPrefix(lease, "ls_") || body["reserved"] != 3.0 || body["allowed"] != true || body["expires_at"] == nil || body["tenant"] != "t" || body["rule"] != "per-user" {
 		t.Fatalf("reserve: %d %s", w.Code, w.Body)
 	}
 	if got := q(); got != 0 {

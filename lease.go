@@ -31,6 +31,10 @@ const (
 // it reserved). Servers answer it with 404 or NotFound; nothing changes.
 var ErrUnknownLease = store.ErrUnknownLease
 
+// ErrLeaseSettled is returned by Renew for a lease already settled. Servers answer it with
+// 409 or FailedPrecondition.
+var ErrLeaseSettled = store.ErrLeaseSettled
+
 // Lease is a reservation Reserve granted. Settle it once with Commit or Release; a repeated
 // settlement answers as the first.
 type Lease struct {
@@ -53,6 +57,15 @@ func (le *Lease) Commit(ctx context.Context, used int64) (Settlement, error) {
 // Release settles the lease with nothing used: everything reserved goes back.
 func (le *Lease) Release(ctx context.Context) (Settlement, error) {
 	return le.l.Commit(ctx, le.Tenant, le.ID, 0)
+}
+
+// Renew keeps the unsettled lease alive for ttl from now (Limiter.Renew).
+func (le *Lease) Renew(ctx context.Context, ttl time.Duration) error {
+	if err := le.l.Renew(ctx, le.Tenant, le.ID, ttl); err != nil {
+		return err
+	}
+	le.ExpiresAt = le.l.now().Add(ttl)
+	return nil
 }
 
 // Settlement is the answer to settling a lease.
@@ -163,6 +176,35 @@ func (l *Limiter) Commit(ctx context.Context, tenant, id string, used int64) (Se
 		return s, fmt.Errorf("commit: lease %s settled, limits not adjusted: %w", id, err)
 	}
 	return s, nil
+}
+
+// Renew sets the expiry of tenant's unsettled lease id to ttl from now (at most MaxLeaseTTL):
+// long work keeps its reservation from being committed at the estimate by expiry. An unknown,
+// expired or other tenant's lease is ErrUnknownLease, a settled one ErrLeaseSettled; nothing
+// changes then.
+func (l *Limiter) Renew(ctx context.Context, tenant, id string, ttl time.Duration) error {
+	switch {
+	case ttl < time.Millisecond:
+		return &policy.FieldError{Field: "ttl", Msg: "must be at least 1ms"}
+	case ttl > MaxLeaseTTL:
+		return &policy.FieldError{Field: "ttl", Msg: fmt.Sprintf("must be at most %s", MaxLeaseTTL)}
+	case !validLeaseID(id):
+		return &policy.FieldError{Field: "lease", Msg: "not a lease id (want " + leaseIDPrefix + " and 32 hex digits)"}
+	}
+	if err := (&policy.Request{Tenant: tenant}).Validate(); err != nil {
+		return err
+	}
+	leaser, err := store.AsLeaser(l.store)
+	if err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
+	if err := leaser.RenewLease(ctx, storeLeaseID(tenant, id), ttl); err != nil {
+		if errors.Is(err, store.ErrUnknownLease) || errors.Is(err, store.ErrLeaseSettled) {
+			return fmt.Errorf("lease %s of tenant %q: %w", id, tenant, err)
+		}
+		return fmt.Errorf("renew: %w", err)
+	}
+	return nil
 }
 
 // storeLeaseID binds a lease id to its tenant: a commit naming another tenant finds nothing.

@@ -186,8 +186,22 @@ func TestLeaseExpiry(t *testing.T) {
 			if err != nil || lease == nil {
 				t.Fatalf("reserve: %v, %v", lease, err)
 			}
+			// A renewed lease outlives its first ttl.
+			renewed, err := ll.l.Reserve(ctx, &sluice.Request{Tenant: "acme", User: ll.name + "exp", Endpoint: "/fixed_window", Cost: 2}, 100*time.Millisecond, &d)
+			if err != nil || renewed == nil {
+				t.Fatalf("reserve: %v, %v", renewed, err)
+			}
+			if err := renewed.Renew(ctx, 10*time.Second); err != nil {
+				t.Fatalf("renew: %v", err)
+			}
 			ll.expire(200 * time.Millisecond)
 			time.Sleep(300 * time.Millisecond) // Redis expires the record by its own clock
+			if s, err := renewed.Release(ctx); err != nil || s.Repeated {
+				t.Fatalf("release a renewed lease past its first ttl: %+v, %v", s, err)
+			}
+			if err := renewed.Renew(ctx, time.Second); !errors.Is(err, sluice.ErrLeaseSettled) {
+				t.Fatalf("renew a settled lease: %v, want ErrLeaseSettled", err)
+			}
 			if _, err := lease.Commit(ctx, 0); !errors.Is(err, sluice.ErrUnknownLease) {
 				t.Fatalf("a lease of 100ms, 300ms later: %v, want ErrUnknownLease", err)
 			}

@@ -34,3 +34,12 @@ func (r *Region) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
 	}
 	return l.Adjust(ctx, ops, at)
 }
+
+// RenewLease passes to the store that keeps leases (store.Leaser).
+func (r *Region) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(r.inner)
+	if err != nil {
+		return err
+	}
+	return l.RenewLease(ctx, id, ttl)
+}

@@ -185,6 +185,9 @@ type Leaser interface {
 	// used of the first, with first unset. A lease the store does not hold (never issued,
 	// expired) is ErrUnknownLease.
 	SettleLease(ctx context.Context, id []byte, used int64) (rec []byte, firstUsed int64, first bool, err error)
+	// RenewLease sets an unsettled lease's expiry to ttl from now. A settled lease is
+	// ErrLeaseSettled, one the store does not hold ErrUnknownLease.
+	RenewLease(ctx context.Context, id []byte, ttl time.Duration) error
 	// Adjust settles a reservation on its limits: each op's Cost > 0 gives that much back of
 	// what the reservation consumed at instant at[i] (Batch.OpAt), a Cost < 0
 	// takes that much more even past the limit (algorithm.Adjust). Ops are adjusted all
@@ -195,6 +198,10 @@ type Leaser interface {
 // ErrUnknownLease is returned by SettleLease for a lease the store does not hold: never
 // issued, or expired (and so committed at what it reserved).
 var ErrUnknownLease = errors.New("lease: unknown or expired")
+
+// ErrLeaseSettled is returned by RenewLease for a lease already settled: there is nothing
+// left to keep alive.
+var ErrLeaseSettled = errors.New("lease: already settled")
 
 // AsLeaser returns st as a Leaser, or an error naming st when it keeps no leases.
 func AsLeaser(st Store) (Leaser, error) {

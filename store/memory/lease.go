@@ -53,6 +53,22 @@ func (s *Store) SettleLease(_ context.Context, id []byte, used int64) ([]byte, i
 	return l.rec, used, true, nil
 }
 
+// RenewLease sets an unsettled lease's expiry to ttl from now (store.Leaser).
+func (s *Store) RenewLease(_ context.Context, id []byte, ttl time.Duration) error {
+	now := s.clock()
+	s.leases.mu.Lock()
+	defer s.leases.mu.Unlock()
+	l := s.leases.m[string(id)]
+	switch {
+	case l == nil || l.until <= now:
+		return store.ErrUnknownLease
+	case l.settled:
+		return store.ErrLeaseSettled
+	}
+	l.until = now + ttl.Microseconds()
+	return nil
+}
+
 // LiveLeases returns how many leases the store holds that have not expired, settled or not.
 func (s *Store) LiveLeases() int {
 	now := s.clock()

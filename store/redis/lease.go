@@ -74,6 +74,29 @@ func (s *Store) SettleLease(ctx context.Context, id []byte, used int64) ([]byte,
 	return nil, 0, false, fmt.Errorf("%w: redis settle lease: script answered %d values, status %d", store.ErrUnavailable, len(msgs), status)
 }
 
+// RenewLease sets an unsettled lease's expiry to ttl from now (store.Leaser), in one script
+// call on the record's slot.
+func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	exec := rueidis.LuaExec{Keys: []string{s.leaseKey(id)}, Args: []string{strconv.FormatInt(max(1, ttl.Milliseconds()), 10)}}
+	replies, err := s.do(ctx, renewScript, renewFunction, []rueidis.LuaExec{exec}, nil)
+	if err != nil {
+		return fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
+	}
+	status, err := replies[0].AsInt64()
+	if err != nil {
+		return fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
+	}
+	switch status {
+	case 0:
+		return store.ErrUnknownLease
+	case 2:
+		return store.ErrLeaseSettled
+	}
+	return nil
+}
+
 // Adjust settles a reservation on its limits (store.Leaser): the ops of each hash slot in one
 // script call (lua/adjust.lua), all calls in one pipeline; on a single server one call, all
 // or nothing. The time is Redis's, as for a batch.

@@ -169,7 +169,26 @@ func checkLeaseRecords(t *testing.T, st store.Leaser, c *clock) {
 	if _, _, _, err := st.SettleLease(ctx, []byte("never-issued"), 1); !errors.Is(err, store.ErrUnknownLease) {
 		t.Fatalf("unknown lease: %v, want ErrUnknownLease", err)
 	}
-	short := append(id, "-short"...)
+	// Renewing: an unsettled lease lives on past its first ttl; a settled one refuses.
+	renewed := append(append([]byte(nil), id...), "-renewed"...)
+	if err := st.PutLease(ctx, renewed, rec, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RenewLease(ctx, renewed, 10*time.Second); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	c.us.Add(200_000)
+	time.Sleep(300 * time.Millisecond) // past the first ttl on Redis's clock too
+	if _, _, first, err := st.SettleLease(ctx, renewed, 1); err != nil || !first {
+		t.Fatalf("a renewed lease past its first ttl: first %v, %v", first, err)
+	}
+	if err := st.RenewLease(ctx, renewed, time.Second); !errors.Is(err, store.ErrLeaseSettled) {
+		t.Fatalf("renew a settled lease: %v, want ErrLeaseSettled", err)
+	}
+	if err := st.RenewLease(ctx, []byte("never-issued"), time.Second); !errors.Is(err, store.ErrUnknownLease) {
+		t.Fatalf("renew an unknown lease: %v, want ErrUnknownLease", err)
+	}
+	short := append(append([]byte(nil), id...), "-short"...)
 	if err := st.PutLease(ctx, short, rec, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

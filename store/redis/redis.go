@@ -56,20 +56,22 @@ var (
 	refundScript = rueidis.NewLuaScript(source("refund") + "return refund(KEYS, ARGV)\n")
 	adjustScript = rueidis.NewLuaScript(source("batch", "adjust") + "return adjust(KEYS, ARGV)\n")
 	leaseScript  = rueidis.NewLuaScript(source("lease") + "return settle_lease(KEYS, ARGV)\n")
+	renewScript  = rueidis.NewLuaScript(source("lease") + "return renew_lease(KEYS, ARGV)\n")
 
-	library, batchFunction, multiFunction, refundFunction, adjustFunction, leaseFunction = func() (string, string, string, string, string, string) {
+	library, batchFunction, multiFunction, refundFunction, adjustFunction, leaseFunction, renewFunction = func() (string, string, string, string, string, string, string) {
 		body := source("batch", "multi", "refund", "adjust", "lease")
 		sum := sha256.Sum256([]byte(body))
 		name := "sluice_" + hex.EncodeToString(sum[:6]) // a new version loads beside the old
 		batchFn, multiFn, refundFn := name+"_batch", name+"_multi", name+"_refund"
-		adjustFn, leaseFn := name+"_adjust", name+"_lease"
+		adjustFn, leaseFn, renewFn := name+"_adjust", name+"_lease", name+"_renew"
 		return "#!lua name=" + name + "\n" + body +
 				"redis.register_function('" + batchFn + "', function(keys, args) return batch(keys, args) end)\n" +
 				"redis.register_function('" + multiFn + "', function(keys, args) return multi(keys, args) end)\n" +
 				"redis.register_function('" + refundFn + "', function(keys, args) return refund(keys, args) end)\n" +
 				"redis.register_function('" + adjustFn + "', function(keys, args) return adjust(keys, args) end)\n" +
-				"redis.register_function('" + leaseFn + "', function(keys, args) return settle_lease(keys, args) end)\n",
-			batchFn, multiFn, refundFn, adjustFn, leaseFn
+				"redis.register_function('" + leaseFn + "', function(keys, args) return settle_lease(keys, args) end)\n" +
+				"redis.register_function('" + renewFn + "', function(keys, args) return renew_lease(keys, args) end)\n",
+			batchFn, multiFn, refundFn, adjustFn, leaseFn, renewFn
 	}()
 )
 

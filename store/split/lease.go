@@ -54,3 +54,12 @@ func (s *Store) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
 	}
 	return errors.Join(errs...)
 }
+
+// RenewLease passes to the store that keeps leases (store.Leaser).
+func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(s.long)
+	if err != nil {
+		return err
+	}
+	return l.RenewLease(ctx, id, ttl)
+}

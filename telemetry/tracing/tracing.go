@@ -426,3 +426,12 @@ func (s *tracedStore) Adjust(ctx context.Context, ops []store.Op, at []int64) er
 	}
 	return l.Adjust(ctx, ops, at)
 }
+
+// RenewLease passes to the store that keeps leases (store.Leaser).
+func (s *tracedStore) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(s.Store)
+	if err != nil {
+		return err
+	}
+	return l.RenewLease(ctx, id, ttl)
+}

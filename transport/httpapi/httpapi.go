@@ -105,6 +105,7 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 	s.mux.HandleFunc("POST /v1/reserve", s.reserve)
 	s.mux.HandleFunc("POST /v1/commit", func(w http.ResponseWriter, r *http.Request) { s.settle(w, r, false) })
 	s.mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) { s.settle(w, r, true) })
+	s.mux.HandleFunc("POST /v1/renew", s.renew)
 	var reset http.Handler = http.HandlerFunc(s.reset)
 	if o.ResetAuth != nil {
 		reset = o.ResetAuth(reset)
@@ -430,6 +431,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		status = http.StatusNotFound
 		body["field"] = "lease"
 		s.m.Rejected("http", "unknown_lease")
+	case errors.Is(err, sluice.ErrLeaseSettled):
+		status = http.StatusConflict
+		body["field"] = "lease"
+		s.m.Rejected("http", "lease_settled")
 	case errors.Is(err, sluice.ErrIdempotencyMismatch):
 		// Well-formed, but it contradicts what the key was first used for: 422, as for an
 		// Idempotency-Key reused with another payload.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/strictjson"
 	"github.com/sluicehq/sluice/policy"
 )
@@ -133,4 +134,47 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, release bool) {
 	out = append(out, `,"repeated":`...)
 	out = strconv.AppendBool(out, st.Repeated)
 	w.Write(append(out, "}\n"...))
+}
+
+// renewBody is the body of POST /v1/renew.
+type renewBody struct {
+	Tenant text `json:"tenant"`
+	Lease  text `json:"lease"`
+	TTL    text `json:"ttl"`
+}
+
+// renew answers POST /v1/renew {tenant, lease, ttl}: 200 {lease, expires_at} for an unsettled
+// lease, 404 for one the caller does not hold, 409 for a settled one.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		s.fail(w, &policy.FieldError{Field: "body", Msg: "unreadable or too large: " + err.Error()})
+		return
+	}
+	var b renewBody
+	if err := strictjson.Unmarshal(body, &b); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if b.Lease == "" {
+		s.fail(w, &policy.FieldError{Field: "lease", Msg: "required"})
+		return
+	}
+	ttl := sluice.DefaultLeaseTTL
+	if b.TTL != "" {
+		if ttl, err = time.ParseDuration(string(b.TTL)); err != nil {
+			s.fail(w, &policy.FieldError{Field: "ttl", Msg: fmt.Sprintf("%q is not a duration such as 90s or 5m", string(b.TTL))})
+			return
+		}
+	}
+	if err := s.lim.Renew(r.Context(), string(b.Tenant), string(b.Lease), ttl); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header()["Content-Type"] = jsonContentType
+	out := []byte(`{"lease":`)
+	out = strconv.AppendQuote(out, string(b.Lease))
+	out = append(out, `,"expires_at":"`...)
+	out = time.Now().Add(ttl).UTC().AppendFormat(out, time.RFC3339Nano)
+	w.Write(append(out, "\"}\n"...))
 }

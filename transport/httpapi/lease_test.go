@@ -79,7 +79,25 @@ func TestLeaseBadInput(t *testing.T) {
 	if got := decode(t, post(s, "/v1/quota", `{"tenant":"t","user":"h"}`))["remaining"]; got != 1.0 {
 		t.Fatalf("after bad settlements: remaining %v, want 1", got)
 	}
+	for _, c := range []struct {
+		body  string
+		code  int
+		field string
+	}{
+		{`{"tenant":"t","lease":"` + lease + `","ttl":"5m"}`, 200, "expires_at"},
+		{`{"tenant":"t","lease":"` + lease + `","ttl":"2h"}`, 400, "ttl"},
+		{`{"tenant":"t","lease":"` + lease + `","ttl":"x"}`, 400, "ttl"},
+		{`{"tenant":"u","lease":"` + lease + `","ttl":"5m"}`, 404, "lease"},
+		{`{"tenant":"t","ttl":"5m"}`, 400, "lease"},
+	} {
+		if w := post(s, "/v1/renew", c.body); w.Code != c.code || !strings.Contains(w.Body.String(), c.field) {
+			t.Errorf("renew %s: %d %s; want %d naming %s", c.body, w.Code, w.Body, c.code, c.field)
+		}
+	}
 	if w := post(s, "/v1/release", `{"tenant":"t","lease":"`+lease+`"}`); w.Code != 200 {
 		t.Fatalf("the owner's release: %d %s", w.Code, w.Body)
+	}
+	if w := post(s, "/v1/renew", `{"tenant":"t","lease":"`+lease+`"}`); w.Code != 409 || !strings.Contains(w.Body.String(), "settled") {
+		t.Fatalf("renew a settled lease: %d %s, want 409", w.Code, w.Body)
 	}
 }

@@ -54,6 +54,29 @@ func (s *Server) Release(ctx context.Context, in *sluicev1.ReleaseRequest) (*slu
 	return s.settle(ctx, in.GetTenant(), in.GetLease(), 0)
 }
 
+// Renew sets an unsettled lease's expiry to ttl_ms from now (sluice.Limiter.Renew).
+func (s *Server) Renew(ctx context.Context, in *sluicev1.RenewRequest) (*sluicev1.RenewResponse, error) {
+	ttl := sluice.DefaultLeaseTTL
+	if in.GetTtlMs() != 0 {
+		ttl = time.Duration(in.GetTtlMs()) * time.Millisecond
+	}
+	if in.GetTtlMs() < 0 || ttl > sluice.MaxLeaseTTL {
+		return nil, s.fail(&policy.FieldError{Field: "ttl_ms", Msg: "must be from 0 (the default, 60000) to 3600000"})
+	}
+	if err := s.l.Renew(ctx, in.GetTenant(), in.GetLease(), ttl); err != nil {
+		switch {
+		case errors.Is(err, sluice.ErrUnknownLease):
+			s.m.Rejected(api, "unknown_lease")
+			return nil, status.Error(codes.NotFound, err.Error())
+		case errors.Is(err, sluice.ErrLeaseSettled):
+			s.m.Rejected(api, "lease_settled")
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		return nil, s.fail(err)
+	}
+	return &sluicev1.RenewResponse{Lease: in.GetLease(), ExpiresAtMs: time.Now().Add(ttl).UnixMilli()}, nil
+}
+
 func (s *Server) settle(ctx context.Context, tenant, lease string, used int64) (*sluicev1.CommitResponse, error) {
 	st, err := s.l.Commit(ctx, tenant, lease, used)
 	if err != nil {

@@ -61,6 +61,12 @@ func TestReserveCommitRelease(t *testing.T) {
 	if got := left(); got != 0 {
 		t.Fatalf("after refused settlements: %d left", got)
 	}
+	if rn, err := e.client.Renew(ctx, &sluicev1.RenewRequest{Tenant: "t", Lease: res.GetLease(), TtlMs: 60_000}); err != nil || rn.GetExpiresAtMs() == 0 {
+		t.Fatalf("renew: %v, %v", rn, err)
+	}
+	if _, err := e.client.Renew(ctx, &sluicev1.RenewRequest{Tenant: "u", Lease: res.GetLease()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("renew another tenant's lease: %v", err)
+	}
 	st, err := e.client.Commit(ctx, &sluicev1.CommitRequest{Tenant: "t", Lease: res.GetLease(), Used: 1})
 	if err != nil || st.GetRepeated() || st.GetUsed() != 1 || left() != 2 {
 		t.Fatalf("commit 1 of 3: %v, %v, %d left", st, err, left())
@@ -68,6 +74,9 @@ func TestReserveCommitRelease(t *testing.T) {
 	st, err = e.client.Release(ctx, &sluicev1.ReleaseRequest{Tenant: "t", Lease: res.GetLease()})
 	if err != nil || !st.GetRepeated() || st.GetUsed() != 1 || left() != 2 {
 		t.Fatalf("release after commit: %v, %v, %d left", st, err, left())
+	}
+	if _, err := e.client.Renew(ctx, &sluicev1.RenewRequest{Tenant: "t", Lease: res.GetLease()}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("renew a settled lease: %v", err)
 	}
 	if _, err := e.client.Reserve(ctx, &sluicev1.ReserveRequest{Check: check, TtlMs: 7_200_000}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ttl_ms") {
 		t.Fatalf("a 2h lease: %v", err)

@@ -1033,6 +1033,122 @@ func (x *CommitResponse) GetRepeated() bool {
 	return false
 }
 
+// RenewRequest keeps a lease alive.
+type RenewRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Lease  string                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// ttl_ms is the lease's new life from now, in milliseconds: 0 means 60000, at most 3600000.
+	TtlMs         int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RenewRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+// RenewResponse is a renewed lease.
+type RenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease string                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// expires_at_ms is the lease's new expiry, in milliseconds since the Unix epoch.
+	ExpiresAtMs   int64 `protobuf:"varint,2,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RenewResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *RenewResponse) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
 var File_sluice_v1_sluice_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_sluice_proto_rawDesc = "" +
@@ -1121,20 +1237,28 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\x1a\n" +
 	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x1a\n" +
-	"\brepeated\x18\x04 \x01(\bR\brepeated*9\n" +
+	"\brepeated\x18\x04 \x01(\bR\brepeated\"S\n" +
+	"\fRenewRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"I\n" +
+	"\rRenewResponse\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\"\n" +
+	"\rexpires_at_ms\x18\x02 \x01(\x03R\vexpiresAtMs*9\n" +
 	"\x05State\x12\x10\n" +
 	"\fSTATE_NORMAL\x10\x00\x12\x0e\n" +
 	"\n" +
 	"STATE_SOFT\x10\x01\x12\x0e\n" +
 	"\n" +
-	"STATE_HARD\x10\x022\x86\x03\n" +
+	"STATE_HARD\x10\x022\xc2\x03\n" +
 	"\vRateLimiter\x12:\n" +
 	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12=\n" +
 	"\bGetQuota\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12:\n" +
 	"\x05Reset\x12\x17.sluice.v1.ResetRequest\x1a\x18.sluice.v1.ResetResponse\x12@\n" +
 	"\aReserve\x12\x19.sluice.v1.ReserveRequest\x1a\x1a.sluice.v1.ReserveResponse\x12=\n" +
 	"\x06Commit\x12\x18.sluice.v1.CommitRequest\x1a\x19.sluice.v1.CommitResponse\x12?\n" +
-	"\aRelease\x12\x19.sluice.v1.ReleaseRequest\x1a\x19.sluice.v1.CommitResponseB3Z1github.com/sluicehq/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\aRelease\x12\x19.sluice.v1.ReleaseRequest\x1a\x19.sluice.v1.CommitResponse\x12:\n" +
+	"\x05Renew\x12\x17.sluice.v1.RenewRequest\x1a\x18.sluice.v1.RenewResponseB3Z1github.com/sluicehq/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_sluice_proto_rawDescOnce sync.Once
@@ -1149,7 +1273,7 @@ func file_sluice_v1_sluice_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_sluice_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sluice_v1_sluice_proto_goTypes = []any{
 	(State)(0),              // 0: sluice.v1.State
 	(*CheckRequest)(nil),    // 1: sluice.v1.CheckRequest
@@ -1162,15 +1286,17 @@ var file_sluice_v1_sluice_proto_goTypes = []any{
 	(*CommitRequest)(nil),   // 8: sluice.v1.CommitRequest
 	(*ReleaseRequest)(nil),  // 9: sluice.v1.ReleaseRequest
 	(*CommitResponse)(nil),  // 10: sluice.v1.CommitResponse
-	nil,                     // 11: sluice.v1.CheckRequest.DescriptorsEntry
-	nil,                     // 12: sluice.v1.ResetRequest.DescriptorsEntry
+	(*RenewRequest)(nil),    // 11: sluice.v1.RenewRequest
+	(*RenewResponse)(nil),   // 12: sluice.v1.RenewResponse
+	nil,                     // 13: sluice.v1.CheckRequest.DescriptorsEntry
+	nil,                     // 14: sluice.v1.ResetRequest.DescriptorsEntry
 }
 var file_sluice_v1_sluice_proto_depIdxs = []int32{
-	11, // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.CheckRequest.DescriptorsEntry
+	13, // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.CheckRequest.DescriptorsEntry
 	0,  // 1: sluice.v1.CheckResponse.state:type_name -> sluice.v1.State
 	3,  // 2: sluice.v1.CheckResponse.results:type_name -> sluice.v1.LimitResult
 	0,  // 3: sluice.v1.LimitResult.state:type_name -> sluice.v1.State
-	12, // 4: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.ResetRequest.DescriptorsEntry
+	14, // 4: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.ResetRequest.DescriptorsEntry
 	1,  // 5: sluice.v1.ReserveRequest.check:type_name -> sluice.v1.CheckRequest
 	2,  // 6: sluice.v1.ReserveResponse.decision:type_name -> sluice.v1.CheckResponse
 	1,  // 7: sluice.v1.RateLimiter.Check:input_type -> sluice.v1.CheckRequest
@@ -1179,14 +1305,16 @@ var file_sluice_v1_sluice_proto_depIdxs = []int32{
 	6,  // 10: sluice.v1.RateLimiter.Reserve:input_type -> sluice.v1.ReserveRequest
 	8,  // 11: sluice.v1.RateLimiter.Commit:input_type -> sluice.v1.CommitRequest
 	9,  // 12: sluice.v1.RateLimiter.Release:input_type -> sluice.v1.ReleaseRequest
-	2,  // 13: sluice.v1.RateLimiter.Check:output_type -> sluice.v1.CheckResponse
-	2,  // 14: sluice.v1.RateLimiter.GetQuota:output_type -> sluice.v1.CheckResponse
-	5,  // 15: sluice.v1.RateLimiter.Reset:output_type -> sluice.v1.ResetResponse
-	7,  // 16: sluice.v1.RateLimiter.Reserve:output_type -> sluice.v1.ReserveResponse
-	10, // 17: sluice.v1.RateLimiter.Commit:output_type -> sluice.v1.CommitResponse
-	10, // 18: sluice.v1.RateLimiter.Release:output_type -> sluice.v1.CommitResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
+	11, // 13: sluice.v1.RateLimiter.Renew:input_type -> sluice.v1.RenewRequest
+	2,  // 14: sluice.v1.RateLimiter.Check:output_type -> sluice.v1.CheckResponse
+	2,  // 15: sluice.v1.RateLimiter.GetQuota:output_type -> sluice.v1.CheckResponse
+	5,  // 16: sluice.v1.RateLimiter.Reset:output_type -> sluice.v1.ResetResponse
+	7,  // 17: sluice.v1.RateLimiter.Reserve:output_type -> sluice.v1.ReserveResponse
+	10, // 18: sluice.v1.RateLimiter.Commit:output_type -> sluice.v1.CommitResponse
+	10, // 19: sluice.v1.RateLimiter.Release:output_type -> sluice.v1.CommitResponse
+	12, // 20: sluice.v1.RateLimiter.Renew:output_type -> sluice.v1.RenewResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1204,7 +1332,7 @@ func file_sluice_v1_sluice_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_sluice_proto_rawDesc), len(file_sluice_v1_sluice_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

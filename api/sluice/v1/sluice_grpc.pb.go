@@ -31,6 +31,7 @@ const (
 	RateLimiter_Reserve_FullMethodName  = "/sluice.v1.RateLimiter/Reserve"
 	RateLimiter_Commit_FullMethodName   = "/sluice.v1.RateLimiter/Commit"
 	RateLimiter_Release_FullMethodName  = "/sluice.v1.RateLimiter/Release"
+	RateLimiter_Renew_FullMethodName    = "/sluice.v1.RateLimiter/Renew"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -59,6 +60,9 @@ type RateLimiterClient interface {
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	// Release settles a lease with nothing used: a Commit of 0.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	// Renew sets an unsettled lease's expiry to ttl_ms from now. NOT_FOUND for a lease the
+	// caller does not hold, FAILED_PRECONDITION for a settled one.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -129,6 +133,16 @@ func (c *rateLimiterClient) Release(ctx context.Context, in *ReleaseRequest, opt
 	return out, nil
 }
 
+func (c *rateLimiterClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -155,6 +169,9 @@ type RateLimiterServer interface {
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	// Release settles a lease with nothing used: a Commit of 0.
 	Release(context.Context, *ReleaseRequest) (*CommitResponse, error)
+	// Renew sets an unsettled lease's expiry to ttl_ms from now. NOT_FOUND for a lease the
+	// caller does not hold, FAILED_PRECONDITION for a settled one.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -182,6 +199,9 @@ func (UnimplementedRateLimiterServer) Commit(context.Context, *CommitRequest) (*
 }
 func (UnimplementedRateLimiterServer) Release(context.Context, *ReleaseRequest) (*CommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedRateLimiterServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -312,6 +332,24 @@ func _RateLimiter_Release_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -342,6 +380,10 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _RateLimiter_Release_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _RateLimiter_Renew_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

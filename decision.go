@@ -121,7 +121,8 @@ type Decision struct {
 	algo                     []algorithm.Result
 	batch                    store.Batch
 	idem                     []byte
-	fp                       []byte // scratch for the idempotency fingerprint
+	fp                       []byte  // scratch for the idempotency fingerprint
+	opAt                     []int64 // a reservation's: the instant each op was decided at
 }
 
 // reset clears the answer and keeps the buffers.
@@ -130,7 +131,7 @@ func (d *Decision) reset() {
 	d.ResetAfter, d.RetryAfter, d.Delay = 0, 0, 0
 	d.Rule, d.Scope, d.Reason, d.PolicyVersion, d.Warning = "", "", "", "", ""
 	d.Shadow, d.Exempt, d.Replayed, d.Degraded, d.HotKey, d.Anonymous = false, false, false, false, false, false
-	d.Results, d.ops, d.opLimit, d.idem = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0]
+	d.Results, d.ops, d.opLimit, d.idem, d.opAt = d.Results[:0], d.ops[:0], d.opLimit[:0], d.idem[:0], d.opAt[:0]
 }
 
 // Caller returns the tenant and user the decision was made for: the request's own, or those

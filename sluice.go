@@ -170,6 +170,12 @@ func (l *Limiter) Quota(ctx context.Context, r *Request, d *Decision) error {
 }
 
 func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int64) error {
+	return l.decideLease(ctx, r, d, cost, false)
+}
+
+// decideLease is decide; lease asks the store to decide in the shared store and to report
+// each op's instant (store.Batch.Lease, OpAt), for a reservation.
+func (l *Limiter) decideLease(ctx context.Context, r *Request, d *Decision, cost int64, lease bool) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
@@ -248,6 +254,10 @@ func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int6
 	d.ops = d.ops[:nops]
 	d.algo = resize(d.algo, nops)
 	d.batch = store.Batch{Ops: d.ops}
+	if lease {
+		d.opAt = resize(d.opAt, len(d.ops))
+		d.batch.Lease, d.batch.OpAt = true, d.opAt
+	}
 	if r.IdempotencyKey != "" && cost > 0 && !banned {
 		d.idem = appendIdempotencyKey(d.idem[:0], r)
 		d.batch.IdempotencyKey, d.batch.IdempotencyTTL = d.idem, l.idemTTL

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
@@ -69,6 +70,14 @@ type Batch struct {
 	// HotKey is set by a store that decided the batch in the process (hot-key mode) rather
 	// than in the shared store.
 	HotKey bool
+	// Lease asks the store to decide the batch where a reservation's settlement can reach it
+	// later (Leaser.Adjust): in the shared store, never in hot-key mode.
+	Lease bool
+	// OpAt, when the caller gives it the length of Ops, is filled by the store with the
+	// instant (µs, its clock) it decided each op at: what a reservation's settlement names
+	// to find the window or log entry it consumed from (on a Redis Cluster each slot decides
+	// at its own node's time).
+	OpAt []int64
 }
 
 // Store applies batches of limits atomically. The memory and Redis stores implement it, and the
@@ -151,4 +160,53 @@ func Ping(ctx context.Context, st Store) error {
 		return p.Ping(ctx)
 	}
 	return nil
+}
+
+// SetAt fills OpAt, when the caller asked for it, with now: a store that decides every op at
+// one instant.
+func (b *Batch) SetAt(now int64) {
+	if len(b.OpAt) == len(b.Ops) {
+		for i := range b.OpAt {
+			b.OpAt[i] = now
+		}
+	}
+}
+
+// Leaser is a store that keeps reservations' leases and settles them (DESIGN.md, Work of
+// unknown cost): the memory and Redis stores, and the decorators over one. A lease record is
+// the caller's opaque bytes; the store keeps it, settles it at most once, and gives back or
+// takes more on the limits the reservation consumed from.
+type Leaser interface {
+	// PutLease keeps rec under id until ttl has passed. An id is the caller's to make
+	// unguessable; a second PutLease of one id replaces the record.
+	PutLease(ctx context.Context, id, rec []byte, ttl time.Duration) error
+	// SettleLease settles the lease id with used, once, atomically: the first call returns
+	// its record with first set; a later one, until the lease expires, the record and the
+	// used of the first, with first unset. A lease the store does not hold (never issued,
+	// expired) is ErrUnknownLease.
+	SettleLease(ctx context.Context, id []byte, used int64) (rec []byte, firstUsed int64, first bool, err error)
+	// RenewLease sets an unsettled lease's expiry to ttl from now. A settled lease is
+	// ErrLeaseSettled, one the store does not hold ErrUnknownLease.
+	RenewLease(ctx context.Context, id []byte, ttl time.Duration) error
+	// Adjust settles a reservation on its limits: each op's Cost > 0 gives that much back of
+	// what the reservation consumed at instant at[i] (Batch.OpAt), a Cost < 0
+	// takes that much more even past the limit (algorithm.Adjust). Ops are adjusted all
+	// or nothing as a batch is decided (on a Redis Cluster, per hash slot).
+	Adjust(ctx context.Context, ops []Op, at []int64) error
+}
+
+// ErrUnknownLease is returned by SettleLease for a lease the store does not hold: never
+// issued, or expired (and so committed at what it reserved).
+var ErrUnknownLease = errors.New("lease: unknown or expired")
+
+// ErrLeaseSettled is returned by RenewLease for a lease already settled: there is nothing
+// left to keep alive.
+var ErrLeaseSettled = errors.New("lease: already settled")
+
+// AsLeaser returns st as a Leaser, or an error naming st when it keeps no leases.
+func AsLeaser(st Store) (Leaser, error) {
+	if l, ok := st.(Leaser); ok {
+		return l, nil
+	}
+	return nil, fmt.Errorf("store %T keeps no leases: reservations need the memory or Redis store", st)
 }

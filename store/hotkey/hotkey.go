@@ -125,7 +125,9 @@ const maxLocalOps = 8
 // to the store (applyMixed), unless a hot op is denied. Anything else goes to the store whole,
 // and what it answers about a lone hot key is learnt.
 func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.Result) (bool, error) {
-	if len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
+	// A reservation goes to the store whole: its settlement gives back there, and must not
+	// give back what a local decision never took from it.
+	if b.Lease || len(b.IdempotencyKey) > 0 || len(b.Ops) == 0 || len(b.Ops) > maxLocalOps {
 		return s.inner.Apply(ctx, b, results)
 	}
 	if s.sampled.Add(1)%sampleEvery == 0 {

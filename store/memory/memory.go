@@ -35,6 +35,7 @@ const maxInline = 4
 type Store struct {
 	shards [numShards]shard
 	idem   [numShards]idemShard
+	leases leases
 	seed   maphash.Seed
 	clock  func() int64
 	log    *slog.Logger
@@ -197,7 +198,9 @@ func stateOf(ps []pending, i int) *algorithm.State {
 // Its only error is store.ErrIdempotencyMismatch.
 func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Result) (replayed bool, err error) {
 	if len(b.IdempotencyKey) == 0 {
-		s.apply(b.Ops, results, s.clock())
+		now := s.clock()
+		b.SetAt(now)
+		s.apply(b.Ops, results, now)
 		return false, nil
 	}
 	// The idempotency stripe is locked before any bucket stripe, always, so two retries of one
@@ -215,6 +218,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Res
 		copy(results, e.results)
 		return true, nil
 	}
+	b.SetAt(now)
 	s.apply(b.Ops, results, now)
 	// Only an allowed decision is remembered: a retry after a denial's Retry-After must be
 	// decided afresh, and denials (cheap to provoke) must not fill memory for the TTL.
@@ -497,6 +501,7 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 // held for long. An entry in use is left for the next sweep.
 func (s *Store) Sweep() {
 	now := s.clock()
+	s.sweepLeases(now)
 	for i := range s.shards {
 		s.shards[i].sweep(now)
 		is := &s.idem[i]

@@ -54,17 +54,24 @@ var (
 	batchScript  = rueidis.NewLuaScript(source("batch") + "return batch(KEYS, ARGV)\n")
 	multiScript  = rueidis.NewLuaScript(source("batch", "multi") + "return multi(KEYS, ARGV)\n")
 	refundScript = rueidis.NewLuaScript(source("refund") + "return refund(KEYS, ARGV)\n")
+	adjustScript = rueidis.NewLuaScript(source("batch", "adjust") + "return adjust(KEYS, ARGV)\n")
+	leaseScript  = rueidis.NewLuaScript(source("lease") + "return settle_lease(KEYS, ARGV)\n")
+	renewScript  = rueidis.NewLuaScript(source("lease") + "return renew_lease(KEYS, ARGV)\n")
 
-	library, batchFunction, multiFunction, refundFunction = func() (string, string, string, string) {
-		body := source("batch", "multi", "refund")
+	library, batchFunction, multiFunction, refundFunction, adjustFunction, leaseFunction, renewFunction = func() (string, string, string, string, string, string, string) {
+		body := source("batch", "multi", "refund", "adjust", "lease")
 		sum := sha256.Sum256([]byte(body))
 		name := "sluice_" + hex.EncodeToString(sum[:6]) // a new version loads beside the old
 		batchFn, multiFn, refundFn := name+"_batch", name+"_multi", name+"_refund"
+		adjustFn, leaseFn, renewFn := name+"_adjust", name+"_lease", name+"_renew"
 		return "#!lua name=" + name + "\n" + body +
 				"redis.register_function('" + batchFn + "', function(keys, args) return batch(keys, args) end)\n" +
 				"redis.register_function('" + multiFn + "', function(keys, args) return multi(keys, args) end)\n" +
-				"redis.register_function('" + refundFn + "', function(keys, args) return refund(keys, args) end)\n",
-			batchFn, multiFn, refundFn
+				"redis.register_function('" + refundFn + "', function(keys, args) return refund(keys, args) end)\n" +
+				"redis.register_function('" + adjustFn + "', function(keys, args) return adjust(keys, args) end)\n" +
+				"redis.register_function('" + leaseFn + "', function(keys, args) return settle_lease(keys, args) end)\n" +
+				"redis.register_function('" + renewFn + "', function(keys, args) return renew_lease(keys, args) end)\n",
+			batchFn, multiFn, refundFn, adjustFn, leaseFn, renewFn
 	}()
 )
 
@@ -353,6 +360,11 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 		}
 		answered[gi] = true
 		nows[gi] = vals[1]
+		if len(b.OpAt) == len(b.Ops) {
+			for _, i := range groups[gi].ops {
+				b.OpAt[i] = vals[1]
+			}
+		}
 		switch vals[0] {
 		case mismatch:
 			reused = true

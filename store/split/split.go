@@ -76,7 +76,8 @@ type part struct {
 func (p *part) reset(b *store.Batch) {
 	p.b.Ops, p.results, p.from = p.b.Ops[:0], p.results[:0], p.from[:0]
 	p.b.IdempotencyKey, p.b.IdempotencyTTL, p.b.IdempotencyFingerprint = b.IdempotencyKey, b.IdempotencyTTL, b.IdempotencyFingerprint
-	p.b.HotKey = false
+	p.b.HotKey, p.b.Lease = false, b.Lease
+	p.b.OpAt = p.b.OpAt[:0]
 }
 
 func (p *part) add(op *store.Op, i int) {
@@ -116,6 +117,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 			lp.add(&b.Ops[i], i)
 		}
 	}
+	sp.askAt(b)
+	lp.askAt(b)
 	shortReplayed, err := s.short.Apply(ctx, &sp.b, sp.results)
 	if err != nil {
 		return false, wrapShort(err)
@@ -138,6 +141,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 		lp.results = lp.results[:len(lp.from)]
 	}
 	lp.copyTo(results)
+	sp.copyAt(b)
+	lp.copyAt(b)
 	b.HotKey = sp.b.HotKey || lp.b.HotKey
 	clear(sp.b.Ops) // drop the keys, which are the caller's
 	clear(lp.b.Ops)
@@ -147,6 +152,22 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 func (p *part) copyTo(results []algorithm.Result) {
 	for j, i := range p.from {
 		results[i] = p.results[j]
+	}
+}
+
+// askAt asks the part's store for its ops' instants when b asks for them.
+func (p *part) askAt(b *store.Batch) {
+	if len(b.OpAt) == len(b.Ops) {
+		p.b.OpAt = append(p.b.OpAt[:0], make([]int64, len(p.b.Ops))...)
+	}
+}
+
+// copyAt copies the instants the part's store reported into b.
+func (p *part) copyAt(b *store.Batch) {
+	if len(b.OpAt) == len(b.Ops) && len(p.b.OpAt) == len(p.from) {
+		for j, i := range p.from {
+			b.OpAt[i] = p.b.OpAt[j]
+		}
 	}
 }
 

@@ -24,6 +24,8 @@ type Metrics struct {
 	breaker      *prometheus.GaugeVec
 	anonymous    *prometheus.CounterVec
 	controlUp    prometheus.Gauge
+	leases       *prometheus.CounterVec
+	leaseUnits   *prometheus.CounterVec
 	lastVersion  atomic.Pointer[string]
 	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
 	envoyStats   *prometheus.CounterVec
@@ -79,6 +81,14 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_control_store_up",
 			Help: "1 when the control store answers, 0 while it does not (the node enforces the last policy it compiled).",
 		}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_leases_total",
+			Help: "Reservations' leases by event: reserved, settled (a first commit or release; repeats are not counted). Leases in flight on this node's API are reserved minus settled, less those that expired.",
+		}, []string{"event"}),
+		leaseUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_lease_units_total",
+			Help: "Units settled leases adjusted, by direction: returned (reserved but not used, given back) and excess (used past the reservation, taken past the limit).",
+		}, []string{"direction"}),
 		storeErrName: storeName,
 		reg:          reg,
 	}
@@ -86,7 +96,7 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 		Name: "sluice_envoy_stats_total",
 		Help: "Hits of RLS requests under each Envoy-format limit (rule), counted as Envoy's reference service counts its stats (stat: total_hits, within_limit, near_limit, over_limit, shadow_mode).",
 	}, []string{"rule", "stat"})
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats, m.leases, m.leaseUnits)
 	byRule := map[string]*envoyCounters{}
 	m.envoyByRule.Store(&byRule)
 	empty := map[checkKey]prometheus.Counter{}
@@ -208,6 +218,27 @@ func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hot_key_syncs_total", Help: "Store calls made to write hot keys' hits back."},
 			func() float64 { return float64(stats().Syncs) }),
 	)
+}
+
+// LeaseReserved counts a reservation's lease issued.
+func (m *Metrics) LeaseReserved() {
+	if m != nil {
+		m.leases.WithLabelValues("reserved").Inc()
+	}
+}
+
+// LeaseSettled counts a lease's first settlement and the units it gave back or took more.
+func (m *Metrics) LeaseSettled(reserved, used int64) {
+	if m == nil {
+		return
+	}
+	m.leases.WithLabelValues("settled").Inc()
+	switch {
+	case used < reserved:
+		m.leaseUnits.WithLabelValues("returned").Add(float64(reserved - used))
+	case used > reserved:
+		m.leaseUnits.WithLabelValues("excess").Add(float64(used - reserved))
+	}
 }
 
 // Rejected counts a request refused before deciding.

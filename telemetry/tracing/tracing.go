@@ -399,3 +399,39 @@ func (c incoming) Keys() []string {
 	}
 	return keys
 }
+
+// PutLease passes to the traced store (store.Leaser).
+func (s *tracedStore) PutLease(ctx context.Context, id, rec []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(s.Store)
+	if err != nil {
+		return err
+	}
+	return l.PutLease(ctx, id, rec, ttl)
+}
+
+// SettleLease passes to the traced store (store.Leaser).
+func (s *tracedStore) SettleLease(ctx context.Context, id []byte, used int64) ([]byte, int64, bool, error) {
+	l, err := store.AsLeaser(s.Store)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return l.SettleLease(ctx, id, used)
+}
+
+// Adjust passes to the traced store (store.Leaser).
+func (s *tracedStore) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
+	l, err := store.AsLeaser(s.Store)
+	if err != nil {
+		return err
+	}
+	return l.Adjust(ctx, ops, at)
+}
+
+// RenewLease passes to the store that keeps leases (store.Leaser).
+func (s *tracedStore) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(s.Store)
+	if err != nil {
+		return err
+	}
+	return l.RenewLease(ctx, id, ttl)
+}

@@ -1,5 +1,5 @@
 // Package httpapi serves Sluice's JSON API over HTTP (docs/architecture.md, Answers): POST /v1/check,
-// /v1/quota and /v1/reset, with health, readiness and metrics endpoints.
+// /v1/quota, /v1/reset, and the reservations' /v1/reserve, /v1/commit and /v1/release, with health, readiness and metrics endpoints.
 package httpapi
 
 import (
@@ -102,6 +102,10 @@ func New(l *sluice.Limiter, m *metrics.Metrics, o Options) *Server {
 	s.buffers.New = func() any { return &scratch{out: make([]byte, 0, 1024)} }
 	s.mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) { s.check(w, r, false) })
 	s.mux.HandleFunc("POST /v1/quota", func(w http.ResponseWriter, r *http.Request) { s.check(w, r, true) })
+	s.mux.HandleFunc("POST /v1/reserve", s.reserve)
+	s.mux.HandleFunc("POST /v1/commit", func(w http.ResponseWriter, r *http.Request) { s.settle(w, r, false) })
+	s.mux.HandleFunc("POST /v1/release", func(w http.ResponseWriter, r *http.Request) { s.settle(w, r, true) })
+	s.mux.HandleFunc("POST /v1/renew", s.renew)
 	var reset http.Handler = http.HandlerFunc(s.reset)
 	if o.ResetAuth != nil {
 		reset = o.ResetAuth(reset)
@@ -136,6 +140,7 @@ type checkBody struct {
 	Cost           optionalInt `json:"cost"`
 	IdempotencyKey text        `json:"idempotency_key"`
 	Rule           text        `json:"rule"` // reset only
+	TTL            text        `json:"ttl"`  // reserve only: the lease's life, such as "90s"
 }
 
 // text is a string field that refuses null: null is not "" (a caller sending it most likely
@@ -294,6 +299,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, quota bool) {
 		s.fail(w, err)
 		return
 	}
+	if sc.req.TTL != "" {
+		err := &policy.FieldError{Field: "ttl", Msg: "taken only by /v1/reserve"}
+		sp.EndCheck(nil, nil, err)
+		s.fail(w, err)
+		return
+	}
 	req := sc.req.request()
 	var err error
 	look := quota || (sc.req.Cost.set && sc.req.Cost.v == 0)
@@ -416,6 +427,14 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, policy.ErrInvalid):
 		status = http.StatusBadRequest
 		s.m.Rejected("http", "invalid")
+	case errors.Is(err, sluice.ErrUnknownLease):
+		status = http.StatusNotFound
+		body["field"] = "lease"
+		s.m.Rejected("http", "unknown_lease")
+	case errors.Is(err, sluice.ErrLeaseSettled):
+		status = http.StatusConflict
+		body["field"] = "lease"
+		s.m.Rejected("http", "lease_settled")
 	case errors.Is(err, sluice.ErrIdempotencyMismatch):
 		// Well-formed, but it contradicts what the key was first used for: 422, as for an
 		// Idempotency-Key reused with another payload.

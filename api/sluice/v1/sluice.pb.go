@@ -716,6 +716,439 @@ func (x *ResetResponse) GetKeysReset() int64 {
 	return 0
 }
 
+// ReserveRequest is a check with an estimate and a lease's life.
+type ReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// check carries the request's attributes; its cost is the estimate (absent means 1).
+	Check *CheckRequest `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	// ttl_ms is the lease's life in milliseconds: 0 means 60000, at most 3600000. A lease
+	// nobody settles stays committed at the estimate when it expires.
+	TtlMs         int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReserveRequest) GetCheck() *CheckRequest {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+// ReserveResponse is the decision and, when allowed, the lease.
+type ReserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease names the reservation (empty when denied): unguessable, good only with the tenant
+	// that reserved it.
+	Lease string `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// reserved is the estimate taken from each limit.
+	Reserved int64 `protobuf:"varint,2,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// expires_at_ms is when the lease expires, in milliseconds since the Unix epoch.
+	ExpiresAtMs   int64          `protobuf:"varint,3,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	Decision      *CheckResponse `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReserveResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *ReserveResponse) GetReserved() int64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetDecision() *CheckResponse {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// CommitRequest settles a lease.
+type CommitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant is the tenant the lease was reserved for.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Lease  string `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// used is what the work used: >= 0, at most 2^30.
+	Used          int64 `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitRequest) Reset() {
+	*x = CommitRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitRequest) ProtoMessage() {}
+
+func (x *CommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
+func (*CommitRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CommitRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *CommitRequest) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+// ReleaseRequest gives a lease's whole estimate back.
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Lease         string                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReleaseRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+// CommitResponse is a settlement.
+type CommitResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Lease    string                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Reserved int64                  `protobuf:"varint,2,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// used is what the lease was settled with: this settlement's, or the first one's when
+	// repeated.
+	Used int64 `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	// repeated is set when the lease was settled before: nothing changed now.
+	Repeated      bool `protobuf:"varint,4,opt,name=repeated,proto3" json:"repeated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitResponse) Reset() {
+	*x = CommitResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitResponse) ProtoMessage() {}
+
+func (x *CommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
+func (*CommitResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CommitResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *CommitResponse) GetReserved() int64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *CommitResponse) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
+}
+
+// RenewRequest keeps a lease alive.
+type RenewRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Lease  string                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// ttl_ms is the lease's new life from now, in milliseconds: 0 means 60000, at most 3600000.
+	TtlMs         int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RenewRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+// RenewResponse is a renewed lease.
+type RenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease string                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// expires_at_ms is the lease's new expiry, in milliseconds since the Unix epoch.
+	ExpiresAtMs   int64 `protobuf:"varint,2,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RenewResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *RenewResponse) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
 var File_sluice_v1_sluice_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_sluice_proto_rawDesc = "" +
@@ -784,17 +1217,48 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\".\n" +
 	"\rResetResponse\x12\x1d\n" +
 	"\n" +
-	"keys_reset\x18\x01 \x01(\x03R\tkeysReset*9\n" +
+	"keys_reset\x18\x01 \x01(\x03R\tkeysReset\"V\n" +
+	"\x0eReserveRequest\x12-\n" +
+	"\x05check\x18\x01 \x01(\v2\x17.sluice.v1.CheckRequestR\x05check\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x9d\x01\n" +
+	"\x0fReserveResponse\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\x1a\n" +
+	"\breserved\x18\x02 \x01(\x03R\breserved\x12\"\n" +
+	"\rexpires_at_ms\x18\x03 \x01(\x03R\vexpiresAtMs\x124\n" +
+	"\bdecision\x18\x04 \x01(\v2\x18.sluice.v1.CheckResponseR\bdecision\"Q\n" +
+	"\rCommitRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\">\n" +
+	"\x0eReleaseRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\"r\n" +
+	"\x0eCommitResponse\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\x1a\n" +
+	"\breserved\x18\x02 \x01(\x03R\breserved\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x1a\n" +
+	"\brepeated\x18\x04 \x01(\bR\brepeated\"S\n" +
+	"\fRenewRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\tR\x05lease\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"I\n" +
+	"\rRenewResponse\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\tR\x05lease\x12\"\n" +
+	"\rexpires_at_ms\x18\x02 \x01(\x03R\vexpiresAtMs*9\n" +
 	"\x05State\x12\x10\n" +
 	"\fSTATE_NORMAL\x10\x00\x12\x0e\n" +
 	"\n" +
 	"STATE_SOFT\x10\x01\x12\x0e\n" +
 	"\n" +
-	"STATE_HARD\x10\x022\xc4\x01\n" +
+	"STATE_HARD\x10\x022\xc2\x03\n" +
 	"\vRateLimiter\x12:\n" +
 	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12=\n" +
 	"\bGetQuota\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12:\n" +
-	"\x05Reset\x12\x17.sluice.v1.ResetRequest\x1a\x18.sluice.v1.ResetResponseB3Z1github.com/sluicehq/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\x05Reset\x12\x17.sluice.v1.ResetRequest\x1a\x18.sluice.v1.ResetResponse\x12@\n" +
+	"\aReserve\x12\x19.sluice.v1.ReserveRequest\x1a\x1a.sluice.v1.ReserveResponse\x12=\n" +
+	"\x06Commit\x12\x18.sluice.v1.CommitRequest\x1a\x19.sluice.v1.CommitResponse\x12?\n" +
+	"\aRelease\x12\x19.sluice.v1.ReleaseRequest\x1a\x19.sluice.v1.CommitResponse\x12:\n" +
+	"\x05Renew\x12\x17.sluice.v1.RenewRequest\x1a\x18.sluice.v1.RenewResponseB3Z1github.com/sluicehq/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_sluice_proto_rawDescOnce sync.Once
@@ -809,34 +1273,51 @@ func file_sluice_v1_sluice_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_sluice_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sluice_v1_sluice_proto_goTypes = []any{
-	(State)(0),            // 0: sluice.v1.State
-	(*CheckRequest)(nil),  // 1: sluice.v1.CheckRequest
-	(*CheckResponse)(nil), // 2: sluice.v1.CheckResponse
-	(*LimitResult)(nil),   // 3: sluice.v1.LimitResult
-	(*ResetRequest)(nil),  // 4: sluice.v1.ResetRequest
-	(*ResetResponse)(nil), // 5: sluice.v1.ResetResponse
-	nil,                   // 6: sluice.v1.CheckRequest.DescriptorsEntry
-	nil,                   // 7: sluice.v1.ResetRequest.DescriptorsEntry
+	(State)(0),              // 0: sluice.v1.State
+	(*CheckRequest)(nil),    // 1: sluice.v1.CheckRequest
+	(*CheckResponse)(nil),   // 2: sluice.v1.CheckResponse
+	(*LimitResult)(nil),     // 3: sluice.v1.LimitResult
+	(*ResetRequest)(nil),    // 4: sluice.v1.ResetRequest
+	(*ResetResponse)(nil),   // 5: sluice.v1.ResetResponse
+	(*ReserveRequest)(nil),  // 6: sluice.v1.ReserveRequest
+	(*ReserveResponse)(nil), // 7: sluice.v1.ReserveResponse
+	(*CommitRequest)(nil),   // 8: sluice.v1.CommitRequest
+	(*ReleaseRequest)(nil),  // 9: sluice.v1.ReleaseRequest
+	(*CommitResponse)(nil),  // 10: sluice.v1.CommitResponse
+	(*RenewRequest)(nil),    // 11: sluice.v1.RenewRequest
+	(*RenewResponse)(nil),   // 12: sluice.v1.RenewResponse
+	nil,                     // 13: sluice.v1.CheckRequest.DescriptorsEntry
+	nil,                     // 14: sluice.v1.ResetRequest.DescriptorsEntry
 }
 var file_sluice_v1_sluice_proto_depIdxs = []int32{
-	6, // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.CheckRequest.DescriptorsEntry
-	0, // 1: sluice.v1.CheckResponse.state:type_name -> sluice.v1.State
-	3, // 2: sluice.v1.CheckResponse.results:type_name -> sluice.v1.LimitResult
-	0, // 3: sluice.v1.LimitResult.state:type_name -> sluice.v1.State
-	7, // 4: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.ResetRequest.DescriptorsEntry
-	1, // 5: sluice.v1.RateLimiter.Check:input_type -> sluice.v1.CheckRequest
-	1, // 6: sluice.v1.RateLimiter.GetQuota:input_type -> sluice.v1.CheckRequest
-	4, // 7: sluice.v1.RateLimiter.Reset:input_type -> sluice.v1.ResetRequest
-	2, // 8: sluice.v1.RateLimiter.Check:output_type -> sluice.v1.CheckResponse
-	2, // 9: sluice.v1.RateLimiter.GetQuota:output_type -> sluice.v1.CheckResponse
-	5, // 10: sluice.v1.RateLimiter.Reset:output_type -> sluice.v1.ResetResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	13, // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.CheckRequest.DescriptorsEntry
+	0,  // 1: sluice.v1.CheckResponse.state:type_name -> sluice.v1.State
+	3,  // 2: sluice.v1.CheckResponse.results:type_name -> sluice.v1.LimitResult
+	0,  // 3: sluice.v1.LimitResult.state:type_name -> sluice.v1.State
+	14, // 4: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.ResetRequest.DescriptorsEntry
+	1,  // 5: sluice.v1.ReserveRequest.check:type_name -> sluice.v1.CheckRequest
+	2,  // 6: sluice.v1.ReserveResponse.decision:type_name -> sluice.v1.CheckResponse
+	1,  // 7: sluice.v1.RateLimiter.Check:input_type -> sluice.v1.CheckRequest
+	1,  // 8: sluice.v1.RateLimiter.GetQuota:input_type -> sluice.v1.CheckRequest
+	4,  // 9: sluice.v1.RateLimiter.Reset:input_type -> sluice.v1.ResetRequest
+	6,  // 10: sluice.v1.RateLimiter.Reserve:input_type -> sluice.v1.ReserveRequest
+	8,  // 11: sluice.v1.RateLimiter.Commit:input_type -> sluice.v1.CommitRequest
+	9,  // 12: sluice.v1.RateLimiter.Release:input_type -> sluice.v1.ReleaseRequest
+	11, // 13: sluice.v1.RateLimiter.Renew:input_type -> sluice.v1.RenewRequest
+	2,  // 14: sluice.v1.RateLimiter.Check:output_type -> sluice.v1.CheckResponse
+	2,  // 15: sluice.v1.RateLimiter.GetQuota:output_type -> sluice.v1.CheckResponse
+	5,  // 16: sluice.v1.RateLimiter.Reset:output_type -> sluice.v1.ResetResponse
+	7,  // 17: sluice.v1.RateLimiter.Reserve:output_type -> sluice.v1.ReserveResponse
+	10, // 18: sluice.v1.RateLimiter.Commit:output_type -> sluice.v1.CommitResponse
+	10, // 19: sluice.v1.RateLimiter.Release:output_type -> sluice.v1.CommitResponse
+	12, // 20: sluice.v1.RateLimiter.Renew:output_type -> sluice.v1.RenewResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_sluice_proto_init() }
@@ -851,7 +1332,7 @@ func file_sluice_v1_sluice_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_sluice_proto_rawDesc), len(file_sluice_v1_sluice_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,10 @@ const (
 	RateLimiter_Check_FullMethodName    = "/sluice.v1.RateLimiter/Check"
 	RateLimiter_GetQuota_FullMethodName = "/sluice.v1.RateLimiter/GetQuota"
 	RateLimiter_Reset_FullMethodName    = "/sluice.v1.RateLimiter/Reset"
+	RateLimiter_Reserve_FullMethodName  = "/sluice.v1.RateLimiter/Reserve"
+	RateLimiter_Commit_FullMethodName   = "/sluice.v1.RateLimiter/Commit"
+	RateLimiter_Release_FullMethodName  = "/sluice.v1.RateLimiter/Release"
+	RateLimiter_Renew_FullMethodName    = "/sluice.v1.RateLimiter/Renew"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -46,6 +50,19 @@ type RateLimiterClient interface {
 	// Reset restores to full every bucket that the request's attributes address, or only those
 	// of one rule.
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	// Reserve decides like Check with cost the estimate and, when allowed, consumes it and
+	// issues a lease to settle with Commit or Release. A denial is an answer (lease empty,
+	// decision.allowed false), nothing consumed.
+	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
+	// Commit settles a lease with what the work used: the rest goes back to every limit the
+	// reservation took from, more is taken even past the limits. A repeat answers as the first
+	// (repeated set). An unknown, expired or other tenant's lease is NOT_FOUND.
+	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	// Release settles a lease with nothing used: a Commit of 0.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	// Renew sets an unsettled lease's expiry to ttl_ms from now. NOT_FOUND for a lease the
+	// caller does not hold, FAILED_PRECONDITION for a settled one.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 }
 
 type rateLimiterClient struct {
@@ -86,6 +103,46 @@ func (c *rateLimiterClient) Reset(ctx context.Context, in *ResetRequest, opts ..
 	return out, nil
 }
 
+func (c *rateLimiterClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReserveResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Commit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*CommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimiterClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, RateLimiter_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -102,6 +159,19 @@ type RateLimiterServer interface {
 	// Reset restores to full every bucket that the request's attributes address, or only those
 	// of one rule.
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	// Reserve decides like Check with cost the estimate and, when allowed, consumes it and
+	// issues a lease to settle with Commit or Release. A denial is an answer (lease empty,
+	// decision.allowed false), nothing consumed.
+	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)
+	// Commit settles a lease with what the work used: the rest goes back to every limit the
+	// reservation took from, more is taken even past the limits. A repeat answers as the first
+	// (repeated set). An unknown, expired or other tenant's lease is NOT_FOUND.
+	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
+	// Release settles a lease with nothing used: a Commit of 0.
+	Release(context.Context, *ReleaseRequest) (*CommitResponse, error)
+	// Renew sets an unsettled lease's expiry to ttl_ms from now. NOT_FOUND for a lease the
+	// caller does not hold, FAILED_PRECONDITION for a settled one.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -120,6 +190,18 @@ func (UnimplementedRateLimiterServer) GetQuota(context.Context, *CheckRequest) (
 }
 func (UnimplementedRateLimiterServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedRateLimiterServer) Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedRateLimiterServer) Commit(context.Context, *CommitRequest) (*CommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
+}
+func (UnimplementedRateLimiterServer) Release(context.Context, *ReleaseRequest) (*CommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedRateLimiterServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -196,6 +278,78 @@ func _RateLimiter_Reset_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Commit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Commit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Commit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Commit(ctx, req.(*CommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimiter_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimiterServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimiter_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimiterServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -214,6 +368,22 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _RateLimiter_Reset_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _RateLimiter_Reserve_Handler,
+		},
+		{
+			MethodName: "Commit",
+			Handler:    _RateLimiter_Commit_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _RateLimiter_Release_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _RateLimiter_Renew_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,45 @@
+package region
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/store"
+)
+
+// PutLease keeps a lease in the region's store (store.Leaser).
+func (r *Region) PutLease(ctx context.Context, id, rec []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(r.inner)
+	if err != nil {
+		return err
+	}
+	return l.PutLease(ctx, id, rec, ttl)
+}
+
+// SettleLease settles a lease in the region's store (store.Leaser).
+func (r *Region) SettleLease(ctx context.Context, id []byte, used int64) ([]byte, int64, bool, error) {
+	l, err := store.AsLeaser(r.inner)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return l.SettleLease(ctx, id, used)
+}
+
+// Adjust settles a reservation in the region's store (store.Leaser). Other regions learn of
+// it as of any change to a global limit's count: by the next sync of what this region used.
+func (r *Region) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
+	l, err := store.AsLeaser(r.inner)
+	if err != nil {
+		return err
+	}
+	return l.Adjust(ctx, ops, at)
+}
+
+// RenewLease passes to the store that keeps leases (store.Leaser).
+func (r *Region) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+	l, err := store.AsLeaser(r.inner)
+	if err != nil {
+		return err
+	}
+	return l.RenewLease(ctx, id, ttl)
+}

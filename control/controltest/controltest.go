@@ -109,6 +109,7 @@ func Run(t *testing.T, h Harness) {
 		{"CountsInBulk", testCountsInBulk},
 		{"Leases", testLeases},
 		{"WindowTotals", testWindowTotals},
+		{"Changes", testChanges},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

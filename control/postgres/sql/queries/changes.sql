@@ -1,0 +1,12 @@
+-- name: AuditSince
+-- The events of the changes after control version $1 (control.ChangeReader).
+SELECT version, kind, target, before FROM audit_events WHERE version > $1 ORDER BY id;
+
+-- name: OverrideListSince
+SELECT id, tenant, user_name, api_key, endpoint, rule_name, type, value, limit_value, burst,
+       expires_at, reason, source, created_by, created_at, version
+FROM overrides WHERE version > $1 ORDER BY id;
+
+-- name: IdentityListSince
+SELECT kind, value, tier, tenant, user_name, trust, updated_by, updated_at, version
+FROM identities WHERE version > $1 ORDER BY kind, value;

@@ -110,6 +110,7 @@ func Run(t *testing.T, h Harness) {
 		{"Leases", testLeases},
 		{"WindowTotals", testWindowTotals},
 		{"Changes", testChanges},
+		{"Import", testImport},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

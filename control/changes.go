@@ -32,11 +32,11 @@ type Delta struct {
 	At time.Time
 	// Full says that the delta cannot be applied: read the store whole.
 	Full bool
-	// Overrides are the overrides created since, by id; expired ones among them too.
+	// Overrides are the overrides created since, by version; expired ones among them too.
 	Overrides []Override
 	// RemovedOverrides are the ids of overrides changed since: deleted, expired or replaced.
 	RemovedOverrides []int64
-	// Identities are the assignments put since, by kind and value.
+	// Identities are the assignments put since, by version.
 	Identities []Identity
 	// RemovedIdentities are the assignments changed since: deleted or put again.
 	RemovedIdentities []IdentityRef

@@ -26,8 +26,18 @@ func (b *Bundle) Len() int {
 // ImportResult counts what an import changed; entries equal to the stored ones change nothing.
 type ImportResult struct {
 	Created, Updated, Unchanged int
-	// Version is the control version of the import; 0 when it changed nothing.
+	// Version is the control version of the import; 0 when it changed nothing or was a dry run.
 	Version int64
+	// Changes lists what was created or updated, in the bundle's order.
+	Changes []ImportChange
+}
+
+// ImportChange is one entry an import creates or updates.
+type ImportChange struct {
+	Action Action `json:"action"` // create or update
+	Kind   Kind   `json:"kind"`
+	// Key names the entry as the bundle keys it: a name, an override's target, "KIND/VALUE".
+	Key string `json:"key"`
 }
 
 // Importer is implemented by a Store that loads a Bundle in one transaction, audited as one
@@ -40,7 +50,9 @@ type ImportResult struct {
 // import with an *InvalidError whose Field names it ("overrides[3].expires_at"), and nothing
 // is written.
 type Importer interface {
-	Import(ctx context.Context, ch Change, b *Bundle) (ImportResult, error)
+	// Import loads b; with apply false it only reports what it would change, and writes
+	// nothing.
+	Import(ctx context.Context, ch Change, b *Bundle, apply bool) (ImportResult, error)
 }
 
 // Validate checks every entry of b as the store checks it, and that no two entries have one

@@ -41,7 +41,14 @@ func testImport(t *testing.T, e *env) {
 		}
 	}
 	events, v := len(e.audit()), e.version()
-	res, err := im.Import(e.ctx, ch(""), bundle())
+	dry, err := im.Import(e.ctx, ch(""), bundle(), false)
+	if err != nil || dry.Created != 6 || dry.Updated != 1 || dry.Version != 0 || len(dry.Changes) != 7 {
+		t.Errorf("dry run = %+v, %v; want 6 to create, 1 to update, listed", dry, err)
+	}
+	if len(e.audit()) != events || e.version() != v {
+		t.Error("a dry run wrote")
+	}
+	res, err := im.Import(e.ctx, ch(""), bundle(), true)
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}
@@ -64,12 +71,12 @@ func testImport(t *testing.T, e *env) {
 	}
 	// Again: nothing changes, not even the version.
 	v = e.version()
-	if res, err := im.Import(e.ctx, ch(""), bundle()); err != nil || res.Unchanged != 7 || res.Version != 0 || e.version() != v {
+	if res, err := im.Import(e.ctx, ch(""), bundle(), true); err != nil || res.Unchanged != 7 || res.Version != 0 || e.version() != v {
 		t.Errorf("the same Import again = %+v, %v (version %d, was %d); want 7 unchanged, no version", res, err, e.version(), v)
 	}
 	b := bundle()
 	b.Identities[1].Tier = "gold"
-	if res, err := im.Import(e.ctx, ch(""), b); err != nil || res.Updated != 1 || res.Unchanged != 6 {
+	if res, err := im.Import(e.ctx, ch(""), b, true); err != nil || res.Updated != 1 || res.Unchanged != 6 {
 		t.Errorf("Import of one changed assignment = %+v, %v; want 1 updated", res, err)
 	}
 	for _, c := range []struct {
@@ -87,7 +94,7 @@ func testImport(t *testing.T, e *env) {
 		b.Overrides[0].Tenant = "fresh" // would be created, were the import accepted
 		c.edit(b)
 		e.unchanged(c.name, control.ErrInvalid, func() error {
-			_, err := im.Import(e.ctx, ch(""), b)
+			_, err := im.Import(e.ctx, ch(""), b, true)
 			var ie *control.InvalidError
 			if errors.As(err, &ie) && ie.Field != c.field {
 				t.Errorf("%s: field %q, want %q", c.name, ie.Field, c.field)

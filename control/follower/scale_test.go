@@ -38,7 +38,7 @@ func scaleBundle(n, m int) *control.Bundle {
 func importBundle(t *testing.T, s control.Store, b *control.Bundle) time.Duration {
 	t.Helper()
 	start := time.Now()
-	res, err := s.(control.Importer).Import(t.Context(), alice, b)
+	res, err := s.(control.Importer).Import(t.Context(), alice, b, true)
 	if err != nil {
 		t.Fatalf("Import: %v", err)
 	}

@@ -15,14 +15,15 @@ import (
 
 var _ control.Importer = (*Store)(nil)
 
-// errUnchanged rolls back an import that would change nothing, so the version does not move.
+// errUnchanged rolls back an import that would change nothing, or a dry run, so the version
+// does not move.
 var errUnchanged = errors.New("nothing to import")
 
 // Import implements control.Importer: one transaction, one control version, an audit event
 // per resource created or changed. What is stored is read once up front (rules, active
 // overrides and exemptions, identities, domains) rather than per entry, so an entry costs
 // its write and its audit event.
-func (s *Store) Import(ctx context.Context, ch control.Change, b *control.Bundle) (control.ImportResult, error) {
+func (s *Store) Import(ctx context.Context, ch control.Change, b *control.Bundle, apply bool) (control.ImportResult, error) {
 	var res control.ImportResult
 	for i := range b.Overrides {
 		b.Overrides[i].ExpiresAt = b.Overrides[i].ExpiresAt.UTC().Truncate(time.Microsecond)
@@ -58,7 +59,7 @@ func (s *Store) Import(ctx context.Context, ch control.Change, b *control.Bundle
 		if err := s.importIdentities(bt, b, &res); err != nil {
 			return err
 		}
-		if res.Created+res.Updated == 0 {
+		if res.Created+res.Updated == 0 || !apply {
 			return errUnchanged
 		}
 		return nil
@@ -71,6 +72,42 @@ func (s *Store) Import(ctx context.Context, ch control.Change, b *control.Bundle
 	}
 	res.Version = v
 	return res, nil
+}
+
+// note counts one entry created or updated.
+func note(r *control.ImportResult, action control.Action, kind control.Kind, key string) {
+	if action == control.ActionCreate {
+		r.Created++
+	} else {
+		r.Updated++
+	}
+	r.Changes = append(r.Changes, control.ImportChange{Action: action, Kind: kind, Key: key})
+}
+
+// overrideKey names an override's target as "tenant=a,user=b" with the fields it sets.
+func overrideKey(o control.Override) string {
+	return joinSet("tenant", o.Tenant, "user", o.User, "api_key", o.APIKey, "endpoint", o.Endpoint, "rule", o.Rule)
+}
+
+// exemptionKey names the caller an exemption names.
+func exemptionKey(e control.Exemption) string {
+	return joinSet("api_key", e.APIKey, "user", e.User, "tenant", e.Tenant, "ip", e.IP)
+}
+
+func joinSet(kv ...string) string {
+	var b []byte
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, kv[i]...)
+		b = append(b, '=')
+		b = strconv.AppendQuote(b, kv[i+1])
+	}
+	return string(b)
 }
 
 func (s *Store) importRules(bt *bulkTx, b *control.Bundle, res *control.ImportResult) error {
@@ -95,7 +132,7 @@ func (s *Store) importRules(bt *bulkTx, b *control.Bundle, res *control.ImportRe
 			if _, err := bt.exec("RuleUpdate", r.Name, string(r.Body), s.d.Time(t.now), t.ch.Actor, t.version); err != nil {
 				return err
 			}
-			res.Updated++
+			note(res, control.ActionUpdate, control.KindRule, r.Name)
 			if err := bt.audit(control.KindRule, control.ActionUpdate, r.Name, old.Body, r.Body, ""); err != nil {
 				return err
 			}
@@ -103,7 +140,7 @@ func (s *Store) importRules(bt *bulkTx, b *control.Bundle, res *control.ImportRe
 			if _, err := bt.exec("RuleInsert", r.Name, string(r.Body), s.d.Time(t.now), t.ch.Actor, t.version); err != nil {
 				return err
 			}
-			res.Created++
+			note(res, control.ActionCreate, control.KindRule, r.Name)
 			if err := bt.audit(control.KindRule, control.ActionCreate, r.Name, nil, r.Body, ""); err != nil {
 				return err
 			}
@@ -134,7 +171,7 @@ func (s *Store) importDomains(bt *bulkTx, b *control.Bundle, res *control.Import
 			if _, err := bt.exec("DomainUpdate", d.Name, string(d.Body), s.d.Time(t.now), t.ch.Actor, t.version); err != nil {
 				return err
 			}
-			res.Updated++
+			note(res, control.ActionUpdate, control.KindDomain, d.Name)
 			if err := bt.audit(control.KindDomain, control.ActionUpdate, d.Name, old.Body, d.Body, ""); err != nil {
 				return err
 			}
@@ -142,7 +179,7 @@ func (s *Store) importDomains(bt *bulkTx, b *control.Bundle, res *control.Import
 			if _, err := bt.exec("DomainInsert", d.Name, string(d.Body), s.d.Time(t.now), t.ch.Actor, t.version); err != nil {
 				return err
 			}
-			res.Created++
+			note(res, control.ActionCreate, control.KindDomain, d.Name)
 			if err := bt.audit(control.KindDomain, control.ActionCreate, d.Name, nil, d.Body, ""); err != nil {
 				return err
 			}
@@ -210,10 +247,8 @@ func (s *Store) importOverrides(bt *bulkTx, b *control.Bundle, res *control.Impo
 		action := control.ActionCreate
 		if before != nil {
 			action = control.ActionUpdate
-			res.Updated++
-		} else {
-			res.Created++
 		}
+		note(res, action, control.KindOverride, overrideKey(o))
 		if err := bt.audit(control.KindOverride, action, strconv.FormatInt(o.ID, 10), before, o, o.Reason); err != nil {
 			return err
 		}
@@ -248,7 +283,7 @@ func (s *Store) importExemptions(bt *bulkTx, b *control.Bundle, res *control.Imp
 			e.CreatedBy, s.d.Time(e.CreatedAt), e.Version).Scan(&e.ID); err != nil {
 			return err
 		}
-		res.Created++
+		note(res, control.ActionCreate, control.KindExemption, exemptionKey(e))
 		if err := bt.audit(control.KindExemption, control.ActionCreate, strconv.FormatInt(e.ID, 10), nil, e, e.Reason); err != nil {
 			return err
 		}
@@ -284,10 +319,8 @@ func (s *Store) importIdentities(bt *bulkTx, b *control.Bundle, res *control.Imp
 		q, action, before := s.q["IdentityUpdate"], control.ActionUpdate, any(old)
 		if !exists {
 			q, action, before = s.q["IdentityInsert"], control.ActionCreate, nil
-			res.Created++
-		} else {
-			res.Updated++
 		}
+		note(res, action, control.KindIdentity, identityTarget(id.Kind, id.Value))
 		if _, err := t.tx.ExecContext(t.ctx, q, string(id.Kind), id.Value, id.Tier, id.Tenant, id.User, trust,
 			id.UpdatedBy, s.d.Time(id.UpdatedAt), id.Version); err != nil {
 			return err

@@ -296,6 +296,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	statsCtx, stopStats := context.WithCancel(context.WithoutCancel(ctx))
 	n.onCloseQuiet(stopStats)
 	fleet := startFleetStats(statsCtx, id, storeName, st, reg, log)
+	planes := startControlPlanes(statsCtx, rawStore, c, id, log)
 
 	// From here the follower sets the limiter's policy: the files and the control store
 	// compiled together.
@@ -341,6 +342,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 			{Name: "store", Check: storeCheck(st)},
 			// The node decides on its last policy while the control store is down.
 			{Name: "control_store", Check: rt.Health, Optional: true},
+			// Nodes on one data store that follow other control stores still decide, each
+			// on its own policy: said in the body, not unready (the fleet would go down).
+			{Name: "control_plane", Check: planes.Health, Optional: true},
 		},
 	})
 	gate := overload.NewGate(c.maxInFlight, func(api string) { m.Rejected(api, "overloaded") })

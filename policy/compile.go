@@ -245,10 +245,16 @@ func (b *builder) fileTargets(cfg *Config, errs *errorList) {
 // override compiles o and adds it, or returns its mistakes. sources are the values its
 // Source may take.
 func (b *builder) override(o *Override, sources []string) []error {
+	return b.overrideID(o, sources, 0)
+}
+
+// overrideID is override for the control store's override of that id.
+func (b *builder) overrideID(o *Override, sources []string, id int64) []error {
 	c, errs := b.s.compileOverride(o, sources)
 	if c == nil {
 		return errs
 	}
+	c.id = id
 	s := b.s
 	if i := singleIndex(c.shape); i >= 0 {
 		if s.single[i] == nil {

@@ -120,7 +120,7 @@ func CompileWith(f *Files, st *State, now time.Time, opts ...CompileOption) (*Sn
 	for i := range st.Overrides {
 		o := &st.Overrides[i]
 		po := o.Override
-		if errs := b.override(&po, controlSources); len(errs) > 0 {
+		if errs := b.overrideID(&po, controlSources, o.ID); len(errs) > 0 {
 			skip("override", strconv.FormatInt(o.ID, 10), errors.Join(errs...))
 		}
 	}

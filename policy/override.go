@@ -77,6 +77,8 @@ type compiledOverride struct {
 	Reason, Source string
 	// warning is a warning override's X-RateLimit-Warning: its reason, after its rule.
 	warning string
+	// id is the control store's id of an override made at run time; 0 for a file's.
+	id int64
 }
 
 type overrideKind uint8

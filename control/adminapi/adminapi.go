@@ -214,6 +214,8 @@ func (s *Server) routes() {
 		{"GET /admin/v1/tokens", admin, s.listTokens},
 		{"POST /admin/v1/tokens", admin, s.createToken},
 		{"DELETE /admin/v1/tokens/{name}", admin, s.deleteToken},
+		{"GET /admin/v1/export", read, s.export},
+		{"POST /admin/v1/import", write, s.importBundle},
 	} {
 		s.mux.Handle(rt.pattern, s.endpoint(rt))
 	}

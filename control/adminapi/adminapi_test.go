@@ -71,6 +71,8 @@ func seed(e *env) []operation {
 		{"GET", "/admin/v1/tokens", "/admin/v1/tokens", "", "", admin, 200},
 		{"POST", "/admin/v1/tokens", "/admin/v1/tokens", `{"name":"ci","role":"read"}`, "", admin, 201},
 		{"DELETE", "/admin/v1/tokens/{name}", "/admin/v1/tokens/ci", "", "", admin, 204},
+		{"GET", "/admin/v1/export", "/admin/v1/export", "", "", read, 200},
+		{"POST", "/admin/v1/import", "/admin/v1/import?apply=true", `{"identities":[{"kind":"user","value":"imported","tier":"gold"}]}`, "", write, 200},
 		{"DELETE", "/admin/v1/identities/{kind}/{value}", "/admin/v1/identities/api_key/k1", "", "", write, 204},
 		{"DELETE", "/admin/v1/domains/{domain}", "/admin/v1/domains/api", "", "", write, 204},
 		{"DELETE", "/admin/v1/exemptions/{id}", "/admin/v1/exemptions/" + exID, "", "", write, 204},

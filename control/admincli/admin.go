@@ -116,6 +116,8 @@ func newAdminCommand(version string, now func() time.Time) *cobra.Command {
 		statsCommand(o),
 		topCommand(o),
 		resetCommand(o),
+		exportCommand(o),
+		importCommand(o),
 	)
 	return cmd
 }

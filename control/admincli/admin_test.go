@@ -363,6 +363,8 @@ func TestAdminCommands(t *testing.T) {
 		{name: "top json", role: control.RoleRead, args: []string{"top", "-o", "json"}, json: map[string]string{"rules": "[]"}},
 		{name: "reset", args: []string{"reset", "--user", "alice", "--rule", "per-user"}, kv: map[string]string{"keys_reset": "*", "policy_version": "*"}},
 		{name: "reset json", args: []string{"reset", "--user", "alice", "-o", "json"}, json: map[string]string{"keys_reset": "*"}},
+		{name: "export", role: control.RoleRead, args: []string{"export", "-o", "json"}, json: map[string]string{"rules": "*", "overrides": "*", "identities": "*"}},
+		{name: "import", stdin: "identities:\n  - {kind: user, value: imported, tier: gold}\n", args: []string{"import", "-", "--apply"}, contains: []string{"create identity user/imported", "imported: 1 created"}},
 	}
 	vars := map[string]string{}
 	expand := func(s string) string {

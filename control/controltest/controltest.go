@@ -109,6 +109,8 @@ func Run(t *testing.T, h Harness) {
 		{"CountsInBulk", testCountsInBulk},
 		{"Leases", testLeases},
 		{"WindowTotals", testWindowTotals},
+		{"Changes", testChanges},
+		{"Import", testImport},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,9 +119,9 @@ type Runtime struct {
 	// I/O.
 	mu      sync.Mutex
 	files   *policy.Files
-	state   *policy.State // nil until the store was read once
-	pending *filesEvent   // a files change not yet in the audit log
-	logged  int64         // the control version whose skipped entries were logged
+	held    *held       // nil until the store was read once
+	pending *filesEvent // a files change not yet in the audit log
+	logged  int64       // the control version whose skipped entries were logged
 	// violations holds the violation minutes of trusted identities (trust.go), compiled
 	// into adaptive limits.
 	violations map[trustID]int
@@ -340,9 +340,19 @@ func notify(ch chan struct{}) {
 // compileLocked compiles the files with the state as of now and swaps the snapshot in.
 // r.mu is held.
 func (r *Runtime) compileLocked(why string) error {
-	snap, skipped := policy.CompileWith(r.files, r.state, r.now(), policy.WithViolationMinutes(r.violationMinutes), policy.WithDomainCache(&r.domains))
-	if r.state != nil && r.state.Version != r.logged {
-		r.logged = r.state.Version
+	var st *policy.State
+	if r.held != nil {
+		st = r.held.state()
+	}
+	snap, skipped := policy.CompileWith(r.files, st, r.now(), policy.WithViolationMinutes(r.violationMinutes), policy.WithDomainCache(&r.domains))
+	return r.swapLocked(snap, skipped, why)
+}
+
+// swapLocked swaps snap in, logging the control store's entries it left out once per
+// control version. r.mu is held.
+func (r *Runtime) swapLocked(snap *policy.Snapshot, skipped []error, why string) error {
+	if r.held != nil && r.held.version != r.logged {
+		r.logged = r.held.version
 		for _, err := range skipped {
 			r.log.Warn("control store entry not applied", "err", err)
 		}
@@ -387,6 +397,12 @@ func (r *Runtime) setUp(err error) {
 func (r *Runtime) load(ctx context.Context, why string) error {
 	r.loadMu.Lock()
 	defer r.loadMu.Unlock()
+	if done, err := r.loadChanges(ctx, why); done {
+		if err != nil {
+			return fmt.Errorf("controlplane: load changes: %w", err)
+		}
+		return nil
+	}
 	st, err := r.read(ctx)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err // shutting down: not the store's fault
@@ -397,10 +413,10 @@ func (r *Runtime) load(ctx context.Context, why string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state != nil && r.state.Version == st.Version {
+	if r.held != nil && r.held.version == st.Version {
 		return nil // same contents; expiries are the expiry timer's
 	}
-	r.state = policyState(st)
+	r.held = newHeld(st)
 	notify(r.trustNow)
 	return r.compileLocked(why)
 }
@@ -453,10 +469,10 @@ func (r *Runtime) read(ctx context.Context) (*control.State, error) {
 func (r *Runtime) heldVersion() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state == nil {
+	if r.held == nil {
 		return -1
 	}
-	return r.state.Version
+	return r.held.version
 }
 
 // follow reads the store when its Watch announces a newer version or its version differs

@@ -31,11 +31,11 @@ func (r *Runtime) violationMinutes(kind policy.IdentityKind, value string) int {
 func (r *Runtime) trusted() []trustID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state == nil {
+	if r.held == nil {
 		return nil
 	}
 	var ids []trustID
-	for _, id := range r.state.Identities {
+	for _, id := range r.held.identities {
 		if id.Trust != nil && *id.Trust > 0 {
 			ids = append(ids, trustID{id.Kind, id.Value})
 		}

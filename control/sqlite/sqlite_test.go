@@ -76,8 +76,8 @@ func TestFileLayout(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 5 {
-		t.Errorf("schema_migrations has %d rows, %v; want 5", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 6 {
+		t.Errorf("schema_migrations has %d rows, %v; want 6", n, err)
 	}
 	for _, table := range []string{"usage_minutes", "violation_minutes", "leases", "domains"} {
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
@@ -165,7 +165,7 @@ func TestUpgradeToEscalation(t *testing.T) {
 		rows.Scan(&n)
 		indexes = append(indexes, n)
 	}
-	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target overrides_expires_at"; strings.Join(indexes, " ") != want {
+	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target audit_events_version overrides_expires_at overrides_version"; strings.Join(indexes, " ") != want {
 		t.Errorf("indexes = %v, want %s", indexes, want)
 	}
 }
@@ -252,7 +252,7 @@ func TestUpgradeToDomains(t *testing.T) {
 		rows.Scan(&n)
 		indexes = append(indexes, n)
 	}
-	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target"; strings.Join(indexes, " ") != want {
+	if want := "audit_events_actor audit_events_at audit_events_kind audit_events_target audit_events_version"; strings.Join(indexes, " ") != want {
 		t.Errorf("indexes = %v, want %s", indexes, want)
 	}
 }

@@ -61,6 +61,7 @@ var queryNames = []string{
 	"UsageAdd", "ViolationAdd", "UsageHistory", "ViolationList", "UsagePrune", "ViolationPrune",
 	"LeaseAcquire", "LeaseGet", "LeaseRelease",
 	"UsageTotals", "ViolationTotalsNoTenant",
+	"AuditSince", "OverrideListSince", "IdentityListSince",
 }
 
 // CheckQueries returns an error naming the first query a driver forgot.

@@ -87,6 +87,13 @@ type Store interface {
 	CreateOverride(ctx context.Context, ch Change, o Override) (Override, error)
 	// DeleteOverride deletes an override and returns the control version of the change.
 	DeleteOverride(ctx context.Context, ch Change, id int64) (int64, error)
+	// UpdateOverride gives the override o.ID the ExpiresAt, Value, Limit, Burst and Reason of
+	// o, in one transaction audited as an update (before and after); its target, type, source
+	// and creation stay. o.ExpiresAt must be in the future. ErrNotFound when there is no such
+	// override (ErrPreconditionFailed with ch.IfMatch); ErrPreconditionFailed when ch.IfMatch
+	// does not match. Extending a ban so never lifts it in between, as a delete and a create
+	// would.
+	UpdateOverride(ctx context.Context, ch Change, o Override) (Override, error)
 
 	// ListExemptions returns the active exemptions, by id.
 	ListExemptions(ctx context.Context) ([]Exemption, error)
@@ -97,6 +104,9 @@ type Store interface {
 	CreateExemption(ctx context.Context, ch Change, e Exemption) (Exemption, error)
 	// DeleteExemption deletes an exemption and returns the control version of the change.
 	DeleteExemption(ctx context.Context, ch Change, id int64) (int64, error)
+	// UpdateExemption gives the exemption e.ID the ExpiresAt (nil: never) and Reason of e, in
+	// one transaction audited as an update; errors as UpdateOverride's.
+	UpdateExemption(ctx context.Context, ch Change, e Exemption) (Exemption, error)
 
 	// ListIdentities returns the identity assignments of one kind, or of every kind for "",
 	// by kind and value.
@@ -332,7 +342,7 @@ type Override struct {
 	Source    Source       `json:"source"`
 	CreatedBy string       `json:"created_by"`
 	CreatedAt time.Time    `json:"created_at"`
-	// Version is the control version that created it.
+	// Version is the control version of its last change (creation or update).
 	Version int64 `json:"-"`
 }
 
@@ -358,7 +368,7 @@ type Exemption struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	CreatedBy string     `json:"created_by"`
 	CreatedAt time.Time  `json:"created_at"`
-	// Version is the control version that created it.
+	// Version is the control version of its last change (creation or update).
 	Version int64 `json:"-"`
 }
 

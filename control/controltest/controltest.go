@@ -89,6 +89,8 @@ func Run(t *testing.T, h Harness) {
 		{"OverrideInvalid", testOverrideInvalid},
 		{"Escalation", testEscalation},
 		{"Exemptions", testExemptions},
+		{"OverridePatch", testOverridePatch},
+		{"ExemptionPatch", testExemptionPatch},
 		{"Identities", testIdentities},
 		{"Domains", testDomains},
 		{"Tokens", testTokens},

@@ -107,6 +107,9 @@ type Options struct {
 	Logger *slog.Logger
 	// NodeWindow is how recent a heartbeat must be to list its node (DefaultNodeWindow).
 	NodeWindow time.Duration
+	// WaitTimeout bounds how long a change with ?wait=fleet (or the Sluice-Wait header) waits
+	// for every live node to report it before answering 504 (DefaultWaitTimeout).
+	WaitTimeout time.Duration
 	// MaxBodyBytes caps request bodies (DefaultMaxBody).
 	MaxBodyBytes int64
 	// AuthFailures bounds the failed authentications of one client IP (DefaultAuthFailures).
@@ -150,6 +153,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.NodeWindow <= 0 {
 		o.NodeWindow = DefaultNodeWindow
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBody
@@ -248,6 +254,17 @@ func (s *Server) endpoint(rt route) http.Handler {
 		if !tok.Role.Allows(rt.role) {
 			s.fail(w, r, fmt.Errorf("%w: this call needs a %s token; %q is %s", ErrForbidden, rt.role, tok.Name, tok.Role))
 			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			fleet, err := wantsFleet(r)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if fleet {
+				s.serveWaiting(w, r, rt.h)
+				return
+			}
 		}
 		if err := rt.h(w, r); err != nil {
 			s.fail(w, r, err)
@@ -362,6 +379,7 @@ func (s *Server) changed(ctx context.Context, w http.ResponseWriter, v int64) st
 			s.log.Warn("admin change stored but not yet enforced on this node", "control_version", v, "err", err)
 		}
 	}
+	noteVersion(ctx, v)
 	pv := s.opts.PolicyVersion(v)
 	w.Header().Set(PolicyVersionHeader, pv)
 	return pv
@@ -414,7 +432,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		se  *statusError
 		lim *limitedError
 	)
+	var ft *fleetTimeout
 	switch {
+	case errors.As(err, &ft):
+		writeFleetTimeout(w, ft)
 	case errors.As(err, &se):
 		writeError(w, se.status, se.msg, se.field)
 	case errors.As(err, &lim):

@@ -192,11 +192,7 @@ func (s *Server) patchOverride(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		pv, err := s.changedWait(r, w, o.Version)
-		if err != nil {
-			return err
-		}
-		return answer(w, http.StatusOK, etag(o.Version), overrideOut{Override: o, PolicyVersion: pv})
+		return answer(w, http.StatusOK, etag(o.Version), overrideOut{Override: o, PolicyVersion: s.changed(r.Context(), w, o.Version)})
 	}
 }
 
@@ -334,15 +330,6 @@ func (s *Server) patchExemption(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		pv, err := s.changedWait(r, w, e.Version)
-		if err != nil {
-			return err
-		}
-		return answer(w, http.StatusOK, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: pv})
+		return answer(w, http.StatusOK, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(r.Context(), w, e.Version)})
 	}
-}
-
-// changedWait is changed for a handler: it will also wait for the fleet when asked.
-func (s *Server) changedWait(r *http.Request, w http.ResponseWriter, v int64) (string, error) {
-	return s.changed(r.Context(), w, v), nil
 }

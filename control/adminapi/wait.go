@@ -188,4 +188,3 @@ func noteVersion(ctx context.Context, v int64) {
 		ws.version = v
 	}
 }
-

@@ -141,6 +141,10 @@ type Store interface {
 	// DeleteToken deletes a token and returns the control version of the change.
 	// ErrLastAdmin for the last admin token.
 	DeleteToken(ctx context.Context, ch Change, name string) (int64, error)
+	// TokenUsed records that the token called name authenticated at at; it only moves the
+	// last-used time forward. It is not a change: no control version, no audit event. Callers
+	// batch it off the request path (the admin API: at most once a minute per token).
+	TokenUsed(ctx context.Context, name string, at time.Time) error
 	// ReplaceToken stores t in place of the token of its name, in one transaction (audited
 	// as an update), or creates it when there is none: a rotated secret never leaves a moment
 	// without the token. ErrConflict if the hash is another token's.
@@ -446,9 +450,17 @@ type Token struct {
 	Hash      TokenHash `json:"-"`
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the token stops authenticating (401); nil: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// LastUsedAt is when the token last authenticated, to within about a minute (TokenUsed is
+	// called at most once a minute per token); nil: never used.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 	// Version is the control version that created it.
 	Version int64 `json:"-"`
 }
+
+// Expired reports whether the token no longer authenticates at now.
+func (t Token) Expired(now time.Time) bool { return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) }
 
 // ETag returns the token's entity tag.
 func (t Token) ETag() string { return ETag(t.Version) }

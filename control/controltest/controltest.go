@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 		{"Domains", testDomains},
 		{"Tokens", testTokens},
 		{"LastAdmin", testLastAdmin},
+		{"TokenExpiryAndUse", testTokenExpiryAndUse},
 		{"AuditFilters", testAuditFilters},
 		{"AuditRetention", testAuditRetention},
 		{"VersionAndLoad", testVersionAndLoad},

@@ -229,7 +229,7 @@ func TestAdminCommands(t *testing.T) {
 	overrideHeader := []string{"ID", "SOURCE", "TYPE", "TENANT", "USER", "API_KEY", "ENDPOINT", "RULE", "VALUE", "LIMIT", "BURST", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	exemptionHeader := []string{"ID", "SOURCE", "API_KEY", "USER", "TENANT", "IP", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	identityHeader := []string{"KIND", "VALUE", "TIER", "TENANT", "USER", "TRUST", "UPDATED_BY", "UPDATED_AT"}
-	tokenHeader := []string{"NAME", "ROLE", "CREATED_BY", "CREATED_AT"}
+	tokenHeader := []string{"NAME", "ROLE", "CREATED_BY", "CREATED_AT", "EXPIRES_AT", "LAST_USED_AT"}
 	auditHeader := []string{"ID", "AT", "ACTOR", "ACTION", "KIND", "TARGET", "REASON"}
 	in1h := "2026-11-23T13:00:00Z" // testutil.Start + 1h
 	steps := []step{
@@ -343,6 +343,10 @@ func TestAdminCommands(t *testing.T) {
 		{name: "tokens list json", role: control.RoleAdmin, args: []string{"tokens", "list", "-o", "json"}, json: map[string]string{"tokens": "[]"}},
 		{name: "tokens create json", role: control.RoleAdmin, args: []string{"tokens", "create", "deploy", "--role", "write", "-o", "json"},
 			json: map[string]string{"name": `"deploy"`, "role": `"write"`, "token": "*", "policy_version": "*"}},
+		{name: "tokens create with a ttl", role: control.RoleAdmin, args: []string{"tokens", "create", "ephemeral", "--role", "read", "--ttl", "2h", "-o", "json"},
+			json: map[string]string{"name": `"ephemeral"`, "expires_at": `"2026-11-23T14:00:00Z"`, "token": "*"}},
+		{name: "tokens list shows the expiry", role: control.RoleAdmin, args: []string{"tokens", "list"}, header: tokenHeader,
+			row: map[string]string{"NAME": "ephemeral", "ROLE": "read", "EXPIRES_AT": "2026-11-23T14:00:00Z", "LAST_USED_AT": "-"}},
 		{name: "tokens delete", role: control.RoleAdmin, args: []string{"tokens", "delete", "deploy"}, contains: []string{`deleted token "deploy" (policy version `}},
 
 		// audit, usage, violations, nodes, reset

@@ -132,6 +132,8 @@ type Server struct {
 	guards *guard
 	// authFails counts and logs failed authentications.
 	authFails *authFailures
+	// used records when tokens were last used, off the request path.
+	used *tokenUse
 }
 
 // New returns the admin API over o.Control.
@@ -169,13 +171,18 @@ func New(o Options) (*Server, error) {
 		g.close()
 		return nil, fmt.Errorf("adminapi: %w", err)
 	}
-	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g, authFails: fails}
+	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g, authFails: fails,
+		used: newTokenUse(o.Control, o.Logger)}
 	s.routes()
 	return s, nil
 }
 
-// Close releases the failed-authentication limiter; the Control store is the caller's.
-func (s *Server) Close() error { return s.guards.close() }
+// Close releases the failed-authentication limiter and writes the last token uses; the Control
+// store is the caller's.
+func (s *Server) Close() error {
+	s.used.close()
+	return s.guards.close()
+}
 
 // route is one endpoint: its pattern and the role it needs.
 type route struct {

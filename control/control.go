@@ -141,6 +141,9 @@ type Store interface {
 	// DeleteToken deletes a token and returns the control version of the change.
 	// ErrLastAdmin for the last admin token.
 	DeleteToken(ctx context.Context, ch Change, name string) (int64, error)
+	// TokenRevoked reports whether a token whose secret hashes to h was deleted (revoked):
+	// DeleteToken keeps the hashes, so a revoked bootstrap secret is not recreated at a start.
+	TokenRevoked(ctx context.Context, h TokenHash) (bool, error)
 	// TokenUsed records that the token called name authenticated at at; it only moves the
 	// last-used time forward. It is not a change: no control version, no audit event. Callers
 	// batch it off the request path (the admin API: at most once a minute per token).

@@ -43,6 +43,19 @@ func testTokenExpiryAndUse(t *testing.T, e *env) {
 	if e.version() != v || len(e.audit()) != n {
 		t.Error("TokenUsed changed the version or wrote an audit event")
 	}
+	// A deleted token's secret is remembered as revoked; a live one's is not.
+	if r, err := e.s.TokenRevoked(e.ctx, control.HashToken("s1")); err != nil || r {
+		t.Errorf("TokenRevoked of a live token = %v, %v", r, err)
+	}
+	if _, err := e.s.CreateToken(e.ctx, ch(""), control.Token{Name: "gone", Role: control.RoleRead, Hash: control.HashToken("s3")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.DeleteToken(e.ctx, ch(""), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.s.TokenRevoked(e.ctx, control.HashToken("s3")); err != nil || !r {
+		t.Errorf("TokenRevoked of a deleted token = %v, %v; want true", r, err)
+	}
 	list, err := e.s.ListTokens(e.ctx)
 	if err != nil || len(list) != 2 || list[0].LastUsedAt == nil || list[1].LastUsedAt != nil {
 		t.Errorf("ListTokens = %+v, %v", list, err)

@@ -55,7 +55,7 @@ var queryNames = []string{
 	"ExemptionListActive", "ExemptionListExpired", "ExemptionGet", "ExemptionGetByTarget", "ExemptionInsert", "ExemptionDelete", "ExemptionUpdate",
 	"IdentityList", "IdentityGet", "IdentityInsert", "IdentityUpdate", "IdentityDelete",
 	"DomainList", "DomainGet", "DomainInsert", "DomainUpdate", "DomainDelete",
-	"TokenList", "TokenGet", "TokenGetByHash", "TokenInsert", "TokenDelete", "TokenUsed",
+	"TokenList", "TokenGet", "TokenGetByHash", "TokenInsert", "TokenDelete", "TokenUsed", "TokenRevokedInsert", "TokenRevokedGet",
 	"AuditInsert", "AuditList", "AuditPrune",
 	"NodeUpsert", "NodeList", "NodePrune",
 	"UsageAdd", "ViolationAdd", "UsageHistory", "ViolationList", "UsagePrune", "ViolationPrune",

@@ -152,6 +152,9 @@ func (s *Store) DeleteToken(ctx context.Context, ch control.Change, name string)
 		if _, err := t.tx.ExecContext(ctx, s.q["TokenDelete"], name); err != nil {
 			return err
 		}
+		if _, err := t.tx.ExecContext(ctx, s.q["TokenRevokedInsert"], old.Hash[:], name, s.d.Time(t.now)); err != nil {
+			return err
+		}
 		return t.audit(control.KindToken, control.ActionDelete, name, old, nil, "")
 	})
 	if err != nil {

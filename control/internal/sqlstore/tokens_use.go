@@ -40,3 +40,12 @@ func (s *Store) TokenUsed(ctx context.Context, name string, at time.Time) error 
 	}
 	return nil
 }
+
+// TokenRevoked implements control.Store.
+func (s *Store) TokenRevoked(ctx context.Context, h control.TokenHash) (bool, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q["TokenRevokedGet"], h[:]).Scan(&n); err != nil {
+		return false, fmt.Errorf("token revoked: %w", s.mapErr(err))
+	}
+	return n > 0, nil
+}

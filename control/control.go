@@ -87,6 +87,13 @@ type Store interface {
 	CreateOverride(ctx context.Context, ch Change, o Override) (Override, error)
 	// DeleteOverride deletes an override and returns the control version of the change.
 	DeleteOverride(ctx context.Context, ch Change, id int64) (int64, error)
+	// UpdateOverride gives the override o.ID the ExpiresAt, Value, Limit, Burst and Reason of
+	// o, in one transaction audited as an update (before and after); its target, type, source
+	// and creation stay. o.ExpiresAt must be in the future. ErrNotFound when there is no such
+	// override (ErrPreconditionFailed with ch.IfMatch); ErrPreconditionFailed when ch.IfMatch
+	// does not match. Extending a ban so never lifts it in between, as a delete and a create
+	// would.
+	UpdateOverride(ctx context.Context, ch Change, o Override) (Override, error)
 
 	// ListExemptions returns the active exemptions, by id.
 	ListExemptions(ctx context.Context) ([]Exemption, error)
@@ -97,6 +104,9 @@ type Store interface {
 	CreateExemption(ctx context.Context, ch Change, e Exemption) (Exemption, error)
 	// DeleteExemption deletes an exemption and returns the control version of the change.
 	DeleteExemption(ctx context.Context, ch Change, id int64) (int64, error)
+	// UpdateExemption gives the exemption e.ID the ExpiresAt (nil: never) and Reason of e, in
+	// one transaction audited as an update; errors as UpdateOverride's.
+	UpdateExemption(ctx context.Context, ch Change, e Exemption) (Exemption, error)
 
 	// ListIdentities returns the identity assignments of one kind, or of every kind for "",
 	// by kind and value.
@@ -131,6 +141,13 @@ type Store interface {
 	// DeleteToken deletes a token and returns the control version of the change.
 	// ErrLastAdmin for the last admin token.
 	DeleteToken(ctx context.Context, ch Change, name string) (int64, error)
+	// TokenRevoked reports whether a token whose secret hashes to h was deleted (revoked):
+	// DeleteToken keeps the hashes, so a revoked bootstrap secret is not recreated at a start.
+	TokenRevoked(ctx context.Context, h TokenHash) (bool, error)
+	// TokenUsed records that the token called name authenticated at at; it only moves the
+	// last-used time forward. It is not a change: no control version, no audit event. Callers
+	// batch it off the request path (the admin API: at most once a minute per token).
+	TokenUsed(ctx context.Context, name string, at time.Time) error
 	// ReplaceToken stores t in place of the token of its name, in one transaction (audited
 	// as an update), or creates it when there is none: a rotated secret never leaves a moment
 	// without the token. ErrConflict if the hash is another token's.
@@ -332,7 +349,7 @@ type Override struct {
 	Source    Source       `json:"source"`
 	CreatedBy string       `json:"created_by"`
 	CreatedAt time.Time    `json:"created_at"`
-	// Version is the control version that created it.
+	// Version is the control version of its last change (creation or update).
 	Version int64 `json:"-"`
 }
 
@@ -358,7 +375,7 @@ type Exemption struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	CreatedBy string     `json:"created_by"`
 	CreatedAt time.Time  `json:"created_at"`
-	// Version is the control version that created it.
+	// Version is the control version of its last change (creation or update).
 	Version int64 `json:"-"`
 }
 
@@ -436,9 +453,17 @@ type Token struct {
 	Hash      TokenHash `json:"-"`
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the token stops authenticating (401); nil: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// LastUsedAt is when the token last authenticated, to within about a minute (TokenUsed is
+	// called at most once a minute per token); nil: never used.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 	// Version is the control version that created it.
 	Version int64 `json:"-"`
 }
+
+// Expired reports whether the token no longer authenticates at now.
+func (t Token) Expired(now time.Time) bool { return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt) }
 
 // ETag returns the token's entity tag.
 func (t Token) ETag() string { return ETag(t.Version) }

@@ -328,6 +328,26 @@ func TestDashboard(t *testing.T) {
 	if code := s.checkStatus(`{"tenant":"acme","user":"ann"}`); code != 200 {
 		t.Errorf("ann is not banned but got %d", code)
 	}
+	// Extend changes the ban in place (PATCH): same id, an hour later, audited as an update.
+	_, before := s.admin("GET", "/admin/v1/overrides?user=bob", "")
+	bans, _ := before["overrides"].([]any)
+	if len(bans) != 1 {
+		t.Fatalf("bob's overrides: %v", before)
+	}
+	ban := bans[0].(map[string]any)
+	b.do("extend bob's ban", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#overrides tr[data-id="%v"] button:not(.danger)`, ban["id"]))))
+	b.waitText("the extension is confirmed", `[role="status"]`, 10*time.Second, func(txt string) bool { return txt == "Override extended by an hour." })
+	_, after := s.admin("GET", "/admin/v1/overrides?user=bob", "")
+	bans, _ = after["overrides"].([]any)
+	was, _ := time.Parse(time.RFC3339, ban["expires_at"].(string))
+	if len(bans) != 1 || bans[0].(map[string]any)["id"] != ban["id"] {
+		t.Errorf("after Extend: %v, want the same override %v", after, ban["id"])
+	} else if now, _ := time.Parse(time.RFC3339, bans[0].(map[string]any)["expires_at"].(string)); now.Sub(was) < 59*time.Minute || now.Sub(was) > 61*time.Minute {
+		t.Errorf("Extend moved expires_at from %v to %v, want an hour later", was, now)
+	}
+	if code := s.checkStatus(`{"tenant":"acme","user":"bob"}`); code != 429 {
+		t.Errorf("bob after his ban was extended: %d, want 429", code)
+	}
 	b.shot("overrides")
 	b.goTo("violations")
 	b.waitText("bob's denied check is a violation", "table tbody", 15*time.Second, func(txt string) bool { return strings.Contains(txt, "bob") && strings.Contains(txt, "hard") })

@@ -25,6 +25,7 @@ type Config struct {
 	httpAddr         string
 	adminHTTP        string
 	trustedProxies   string
+	waitTimeout      time.Duration
 	grpcAddr         string
 	dataDir          string
 	storeURL         string
@@ -88,6 +89,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.StringVar(&c.config, "config", EnvDefault("SLUICE_CONFIG", ""), "policy file or folder of YAML files, native or Envoy format, or etcd://host:2379[,host:2379]/prefix (etcd+https:// for TLS) whose keys are such files, watched; empty uses the built-in policy (SLUICE_CONFIG)")
 	f.StringVar(&c.httpAddr, "http", EnvDefault("SLUICE_HTTP", "127.0.0.1:8080"), "HTTP listen address (SLUICE_HTTP)")
 	f.StringVar(&c.adminHTTP, "admin-http", EnvDefault("SLUICE_ADMIN_HTTP", ""), "serve the admin API (/admin/v1) and the dashboard (/ui/) on this address, and not on --http, so that the data port can face callers while the admin port stays private; empty serves them on --http (SLUICE_ADMIN_HTTP)")
+	f.DurationVar(&c.waitTimeout, "wait-timeout", durationEnv("SLUICE_WAIT_TIMEOUT", 5*time.Second), "how long an admin change with ?wait=fleet (or the header Sluice-Wait: fleet) waits for every live node to enforce it before answering 504 naming the nodes that lag; the change is stored either way (SLUICE_WAIT_TIMEOUT)")
 	f.StringVar(&c.trustedProxies, "trusted-proxies", EnvDefault("SLUICE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of the load balancers in front: the admin API's failed-authentication limit then keys on the client their X-Forwarded-For names; empty reads no forwarded header (SLUICE_TRUSTED_PROXIES)")
 	f.StringVar(&c.grpcAddr, "grpc", EnvDefault("SLUICE_GRPC", "127.0.0.1:8081"), "gRPC listen address (SLUICE_GRPC)")
 	f.StringVar(&c.dataDir, "data-dir", EnvDefault("SLUICE_DATA_DIR", "data"), "where the memory store keeps its snapshot and the sqlite control store its file (SLUICE_DATA_DIR)")

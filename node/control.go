@@ -150,6 +150,8 @@ type adminDeps struct {
 	reg   prometheus.Registerer
 	// proxies are --trusted-proxies.
 	proxies []netip.Prefix
+	// waitTimeout is --wait-timeout.
+	waitTimeout time.Duration
 }
 
 // bootstrapAdmin makes sure an admin token exists, before the node compiles its first policy
@@ -199,6 +201,7 @@ func adminAPI(d adminDeps) (*adminapi.Server, error) {
 		Fleet:          fleetstats.View{Local: d.stats.Snapshot, Logger: d.log},
 		Registerer:     d.reg,
 		TrustedProxies: d.proxies,
+		WaitTimeout:    d.waitTimeout,
 		Logger:         d.log,
 	})
 }

@@ -320,7 +320,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	abuseMetrics.Store(ab)
 	esc.Start(ctx, rt.Sync)
 
-	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet, reg: reg, proxies: proxies})
+	adminHandler, err := adminAPI(adminDeps{store: ab.CountOverrides(ctrl), runtime: rt, limiter: lim, metrics: m, dataDir: c.dataDir, log: log, stats: fleet, reg: reg, proxies: proxies, waitTimeout: c.waitTimeout})
 	if err != nil {
 		return n, err
 	}

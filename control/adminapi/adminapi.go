@@ -107,6 +107,9 @@ type Options struct {
 	Logger *slog.Logger
 	// NodeWindow is how recent a heartbeat must be to list its node (DefaultNodeWindow).
 	NodeWindow time.Duration
+	// WaitTimeout bounds how long a change with ?wait=fleet (or the Sluice-Wait header) waits
+	// for every live node to report it before answering 504 (DefaultWaitTimeout).
+	WaitTimeout time.Duration
 	// MaxBodyBytes caps request bodies (DefaultMaxBody).
 	MaxBodyBytes int64
 	// AuthFailures bounds the failed authentications of one client IP (DefaultAuthFailures).
@@ -129,6 +132,8 @@ type Server struct {
 	guards *guard
 	// authFails counts and logs failed authentications.
 	authFails *authFailures
+	// used records when tokens were last used, off the request path.
+	used *tokenUse
 }
 
 // New returns the admin API over o.Control.
@@ -151,6 +156,9 @@ func New(o Options) (*Server, error) {
 	if o.NodeWindow <= 0 {
 		o.NodeWindow = DefaultNodeWindow
 	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
+	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBody
 	}
@@ -163,13 +171,18 @@ func New(o Options) (*Server, error) {
 		g.close()
 		return nil, fmt.Errorf("adminapi: %w", err)
 	}
-	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g, authFails: fails}
+	s := &Server{store: o.Control, opts: o, log: o.Logger, now: o.Now, mux: http.NewServeMux(), guards: g, authFails: fails,
+		used: newTokenUse(o.Control, o.Logger)}
 	s.routes()
 	return s, nil
 }
 
-// Close releases the failed-authentication limiter; the Control store is the caller's.
-func (s *Server) Close() error { return s.guards.close() }
+// Close releases the failed-authentication limiter and writes the last token uses; the Control
+// store is the caller's.
+func (s *Server) Close() error {
+	s.used.close()
+	return s.guards.close()
+}
 
 // route is one endpoint: its pattern and the role it needs.
 type route struct {
@@ -190,10 +203,12 @@ func (s *Server) routes() {
 		{"GET /admin/v1/overrides", read, s.listOverrides},
 		{"POST /admin/v1/overrides", write, s.createOverride},
 		{"GET /admin/v1/overrides/{id}", read, s.getOverride},
+		{"PATCH /admin/v1/overrides/{id}", write, s.patchOverride},
 		{"DELETE /admin/v1/overrides/{id}", write, s.deleteOverride},
 		{"GET /admin/v1/exemptions", read, s.listExemptions},
 		{"POST /admin/v1/exemptions", write, s.createExemption},
 		{"GET /admin/v1/exemptions/{id}", read, s.getExemption},
+		{"PATCH /admin/v1/exemptions/{id}", write, s.patchExemption},
 		{"DELETE /admin/v1/exemptions/{id}", write, s.deleteExemption},
 		{"GET /admin/v1/identities", read, s.listIdentities},
 		{"GET /admin/v1/identities/{kind}/{value}", read, s.getIdentity},
@@ -248,6 +263,17 @@ func (s *Server) endpoint(rt route) http.Handler {
 		if !tok.Role.Allows(rt.role) {
 			s.fail(w, r, fmt.Errorf("%w: this call needs a %s token; %q is %s", ErrForbidden, rt.role, tok.Name, tok.Role))
 			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			fleet, err := wantsFleet(r)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if fleet {
+				s.serveWaiting(w, r, rt.h)
+				return
+			}
 		}
 		if err := rt.h(w, r); err != nil {
 			s.fail(w, r, err)
@@ -362,6 +388,7 @@ func (s *Server) changed(ctx context.Context, w http.ResponseWriter, v int64) st
 			s.log.Warn("admin change stored but not yet enforced on this node", "control_version", v, "err", err)
 		}
 	}
+	noteVersion(ctx, v)
 	pv := s.opts.PolicyVersion(v)
 	w.Header().Set(PolicyVersionHeader, pv)
 	return pv
@@ -414,7 +441,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		se  *statusError
 		lim *limitedError
 	)
+	var ft *fleetTimeout
 	switch {
+	case errors.As(err, &ft):
+		writeFleetTimeout(w, ft)
 	case errors.As(err, &se):
 		writeError(w, se.status, se.msg, se.field)
 	case errors.As(err, &lim):

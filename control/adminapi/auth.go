@@ -207,7 +207,8 @@ func (s *Server) authenticate(ctx context.Context, ip, authorization string) (co
 	case errors.Is(err, control.ErrNotFound):
 	case err != nil:
 		return control.Token{}, fmt.Errorf("authenticate: %w", err)
-	case subtle.ConstantTimeCompare(tok.Hash[:], h[:]) == 1:
+	case subtle.ConstantTimeCompare(tok.Hash[:], h[:]) == 1 && !tok.Expired(s.now()):
+		s.used.note(tok.Name, s.now())
 		return tok, nil
 	}
 	key := clientKey(ip)

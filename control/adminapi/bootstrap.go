@@ -40,7 +40,8 @@ type BootstrapOptions struct {
 
 // Bootstrap ensures an admin can reach the admin API. With a Secret, the admin token named
 // "bootstrap" has that secret: it is created, or replaced when the secret (or its role)
-// changed. Without one, and only when the store holds no token at all (a first start), a
+// changed, unless a token with that secret was deleted through the API (revoked): then it
+// stays revoked, and the log says to give a new secret. Without one, and only when the store holds no token at all (a first start), a
 // random secret is written to <DataDir>/admin.token (mode 0600) and stored as the "bootstrap"
 // admin token; the file's path is logged, never the secret. It returns the path of a file it
 // wrote, or "".
@@ -103,6 +104,17 @@ func bootstrapSecret(ctx context.Context, store control.Store, secret string, lo
 		return nil
 	case err != nil && !errors.Is(err, control.ErrNotFound):
 		return fmt.Errorf("bootstrap admin token: %w", err)
+	}
+	// A secret whose token was deleted through the API stays revoked: recreating it at every
+	// start would undo the revocation. The operator gives a new secret to get a bootstrap
+	// token back.
+	revoked, err := store.TokenRevoked(ctx, h)
+	if err != nil {
+		return fmt.Errorf("bootstrap admin token: %w", err)
+	}
+	if revoked {
+		log.Warn("the admin token from SLUICE_ADMIN_TOKEN or --admin-token-file was revoked through the admin API and stays revoked; give a new secret to have a bootstrap token again")
+		return nil
 	}
 	// Created, or the secret rotated: replaced in one transaction (audited without secrets or
 	// hashes), so the fleet is never without the token in between.

@@ -160,6 +160,8 @@ func (s *Server) deleteIdentity(w http.ResponseWriter, r *http.Request) error {
 type tokenIn struct {
 	Name string `json:"name"`
 	Role string `json:"role"`
+	// TTL, when given, makes the token expire that long after its creation ("90d").
+	TTL *string `json:"ttl"`
 }
 
 // tokenCreated is the one answer that shows a token's secret.
@@ -169,6 +171,7 @@ type tokenCreated struct {
 	Token         string       `json:"token"`
 	CreatedBy     string       `json:"created_by"`
 	CreatedAt     time.Time    `json:"created_at"`
+	ExpiresAt     *time.Time   `json:"expires_at,omitempty"`
 	PolicyVersion string       `json:"policy_version"`
 }
 
@@ -203,6 +206,17 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := tok.Validate(); err != nil {
 		return err
 	}
+	if in.TTL != nil {
+		d, err := policy.ParseDuration(*in.TTL)
+		if err != nil {
+			return &policy.FieldError{Field: "ttl", Msg: err.Error()}
+		}
+		if d <= 0 {
+			return &policy.FieldError{Field: "ttl", Msg: "must be > 0; leave it out for a token that never expires"}
+		}
+		at := s.now().Add(d).UTC()
+		tok.ExpiresAt = &at
+	}
 	ch, err := change(r, "")
 	if err != nil {
 		return err
@@ -213,7 +227,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	return answer(w, http.StatusCreated, etag(tok.Version), tokenCreated{
 		Name: tok.Name, Role: tok.Role, Token: secret, CreatedBy: tok.CreatedBy, CreatedAt: tok.CreatedAt,
-		PolicyVersion: s.changed(r.Context(), w, tok.Version),
+		ExpiresAt: tok.ExpiresAt, PolicyVersion: s.changed(r.Context(), w, tok.Version),
 	})
 }
 

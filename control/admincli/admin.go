@@ -61,6 +61,7 @@ type adminOptions struct {
 	output    string
 	timeout   time.Duration
 	verbose   bool
+	wait      bool
 	now       func() time.Time
 	version   string
 }
@@ -101,6 +102,7 @@ func newAdminCommand(version string, now func() time.Time) *cobra.Command {
 	pf.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token, such as <data-dir>/admin.token")
 	pf.StringVarP(&o.output, "output", "o", "table", "output format: table or json (the server's JSON, as is)")
 	pf.DurationVar(&o.timeout, "timeout", 10*time.Second, "deadline of each call to the server")
+	pf.BoolVar(&o.wait, "wait", false, "changes answer only once every live node enforces them (Sluice-Wait: fleet); past the server's --wait-timeout the change is stored and the command fails naming the nodes that lag")
 	pf.BoolVarP(&o.verbose, "verbose", "v", false, "print each request and the answer's status and headers on stderr (never the token)")
 	cmd.AddCommand(
 		rulesCommand(o),
@@ -144,7 +146,7 @@ func (o *adminOptions) client(cmd *cobra.Command) (*adminClient, error) {
 		// Said, not silent: the token of whichever server last wrote this folder is used.
 		fmt.Fprintf(cmd.ErrOrStderr(), "sluice admin: using the bootstrap token in %s (no --token-file, --token, $%s or $%s)\n", from, envToken, envAdminToken)
 	}
-	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + o.version}
+	c := &adminClient{Base: base, Token: tok, TokenFrom: from, Timeout: o.timeout, UserAgent: "sluice-cli/" + o.version, WaitFleet: o.wait}
 	if o.verbose {
 		c.Verbose = cmd.ErrOrStderr()
 	}

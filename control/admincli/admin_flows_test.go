@@ -299,3 +299,29 @@ func TestAdminBootstrapTokenFile(t *testing.T) {
 		})
 	}
 }
+
+// --wait sends every change with Sluice-Wait: fleet: with a node that never reports the
+// change the command fails naming it (the change is stored); once every node reports it, it
+// succeeds.
+func TestAdminWaitForFleet(t *testing.T) {
+	e := newAdminEnv(t)
+	ctx := t.Context()
+	if err := e.store.Heartbeat(ctx, control.Node{ID: "node-slow", Addr: "10.0.0.9:8080", PolicyVersion: e.version()}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.version()
+	r := e.admin(control.RoleWrite, "", "--wait", "overrides", "create", "--tenant", "acme", "--type", "ban", "--ttl", "1h", "--reason", "x")
+	if r.code != exitGeneral || !strings.Contains(r.stderr, "node-slow") || !strings.Contains(r.stderr, "HTTP 504") {
+		t.Errorf("lagging node: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if e.version() != v+1 {
+		t.Errorf("version %d, want %d: the change is stored even when the wait runs out", e.version(), v+1)
+	}
+	if err := e.store.Heartbeat(ctx, control.Node{ID: "node-slow", Addr: "10.0.0.9:8080", PolicyVersion: v + 2}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.admin(control.RoleWrite, "", "--wait", "-v", "overrides", "create", "--tenant", "beta", "--type", "ban", "--ttl", "1h", "--reason", "x")
+	if r.code != 0 || !strings.Contains(r.stderr, "Sluice-Wait: fleet") {
+		t.Errorf("every node current: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -26,6 +26,8 @@ var tokenColumns = []column{
 	{"ROLE", "role", cellPlain},
 	{"CREATED_BY", "created_by", cellPlain},
 	{"CREATED_AT", "created_at", cellTime},
+	{"EXPIRES_AT", "expires_at", cellTime},
+	{"LAST_USED_AT", "last_used_at", cellTime},
 }
 
 func identitiesCommand(o *adminOptions) *cobra.Command {
@@ -100,14 +102,19 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 	create := &cobra.Command{
 		Use:   "create NAME --role read|write|admin",
 		Short: "Create a token and print its secret, shown this once: stdout has the secret alone",
-		Example: `  sluice admin tokens create ci --role read > ci.token
+		Example: `  sluice admin tokens create ci --role read --ttl 90d > ci.token
   sluice admin tokens create deploy --role write -o json`,
 		Args: cobra.ExactArgs(1),
 	}
 	role := create.Flags().String("role", "", "read (every GET), write (read and every change), admin (write and tokens)")
 	_ = create.MarkFlagRequired("role")
+	ttl := create.Flags().String("ttl", "", "the token stops working this long after now: 12h, 90d (default: never)")
 	create.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {
-		b, _ := json.Marshal(object{{Name: "name", Value: mustJSON(args[0])}, {Name: "role", Value: mustJSON(*role)}})
+		body := object{{Name: "name", Value: mustJSON(args[0])}, {Name: "role", Value: mustJSON(*role)}}
+		if *ttl != "" {
+			body.Set("ttl", *ttl)
+		}
+		b, _ := json.Marshal(body)
 		a, err := c.Send(cmd.Context(), http.MethodPost, adminPath("tokens"), b, changeFlags{})
 		if err != nil {
 			return err

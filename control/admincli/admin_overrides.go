@@ -110,6 +110,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 		return o.showDeleted(cmd, "override "+args[0], a)
 	})
 	cmd.AddCommand(list, create, get, del)
+	cmd.AddCommand(overridePatchCommands(o)...)
 	return cmd
 }
 
@@ -173,6 +174,6 @@ func exemptionsCommand(o *adminOptions) *cobra.Command {
 		}
 		return o.showDeleted(cmd, "exemption "+args[0], a)
 	})
-	cmd.AddCommand(list, create, get, del)
+	cmd.AddCommand(list, create, get, del, exemptionPatchCommand(o))
 	return cmd
 }

@@ -47,6 +47,7 @@ func newAdminEnv(t *testing.T) *adminEnv {
 	a := admintest.New(t, func(o *adminapi.Options) {
 		// The auth tests fail on purpose; the guard is adminapi's to test.
 		o.AuthFailures = adminapi.AuthFailureLimit{Max: 100000, Period: time.Minute}
+		o.WaitTimeout = 500 * time.Millisecond
 	})
 	e := &adminEnv{t: t, store: a.Store, clock: a.Clock, tokens: map[control.Role]string{}}
 	mux := http.NewServeMux()
@@ -228,7 +229,7 @@ func TestAdminCommands(t *testing.T) {
 	overrideHeader := []string{"ID", "SOURCE", "TYPE", "TENANT", "USER", "API_KEY", "ENDPOINT", "RULE", "VALUE", "LIMIT", "BURST", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	exemptionHeader := []string{"ID", "SOURCE", "API_KEY", "USER", "TENANT", "IP", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	identityHeader := []string{"KIND", "VALUE", "TIER", "TENANT", "USER", "TRUST", "UPDATED_BY", "UPDATED_AT"}
-	tokenHeader := []string{"NAME", "ROLE", "CREATED_BY", "CREATED_AT"}
+	tokenHeader := []string{"NAME", "ROLE", "CREATED_BY", "CREATED_AT", "EXPIRES_AT", "LAST_USED_AT"}
 	auditHeader := []string{"ID", "AT", "ACTOR", "ACTION", "KIND", "TARGET", "REASON"}
 	in1h := "2026-11-23T13:00:00Z" // testutil.Start + 1h
 	steps := []step{
@@ -279,6 +280,12 @@ func TestAdminCommands(t *testing.T) {
 		{name: "overrides list json", role: control.RoleRead, args: []string{"overrides", "list", "--tenant", "acme", "-o", "json"}, json: map[string]string{"overrides": "[]"}},
 		{name: "overrides get", role: control.RoleRead, args: []string{"overrides", "get", "{ov}"}, kv: map[string]string{"id": "{ov}", "user": "bob", "etag": "*"}},
 		{name: "overrides get json", role: control.RoleRead, args: []string{"overrides", "get", "{ov}", "-o", "json"}, json: map[string]string{"id": "{ov}", "user": `"bob"`}},
+		{name: "overrides patch", args: []string{"overrides", "patch", "{ov}", "--value", "0.25", "--reason", "slower"},
+			kv: map[string]string{"id": "{ov}", "value": "0.25", "reason": "slower", "user": "bob", "policy_version": "*", "etag": "*"}},
+		{name: "overrides extend json", args: []string{"overrides", "extend", "{ov}", "--by", "1h", "-o", "json"},
+			json: map[string]string{"id": "{ov}", "expires_at": `"2026-11-23T14:00:00Z"`, "value": "0.25"}},
+		{name: "overrides patch unset", args: []string{"overrides", "patch", "{ov}", "--ttl", "3h", "-o", "json"},
+			json: map[string]string{"id": "{ov}", "expires_at": `"2026-11-23T15:00:00Z"`}},
 		{name: "overrides delete", args: []string{"overrides", "delete", "{ov}"}, contains: []string{"deleted override {ov} (policy version "}},
 
 		// exemptions
@@ -293,6 +300,10 @@ func TestAdminCommands(t *testing.T) {
 		{name: "exemptions list json", role: control.RoleRead, args: []string{"exemptions", "list", "-o", "json"}, json: map[string]string{"exemptions": "[]"}},
 		{name: "exemptions get", role: control.RoleRead, args: []string{"exemptions", "get", "{ex}"}, kv: map[string]string{"ip": "203.0.113.0/24", "etag": "*"}},
 		{name: "exemptions get json", role: control.RoleRead, args: []string{"exemptions", "get", "{ex}", "-o", "json"}, json: map[string]string{"id": "{ex}"}},
+		{name: "exemptions patch", args: []string{"exemptions", "patch", "{ex}", "--ttl", "2h", "--reason", "until the crawl ends"},
+			kv: map[string]string{"ip": "203.0.113.0/24", "expires_at": "2026-11-23T14:00:00Z", "reason": "until the crawl ends", "policy_version": "*"}},
+		{name: "exemptions patch never", args: []string{"exemptions", "patch", "{ex}", "--never-expire", "-o", "json"},
+			json: map[string]string{"id": "{ex}"}, absent: []string{"expires_at"}},
 		{name: "exemptions delete", args: []string{"exemptions", "delete", "{ex}"}, contains: []string{"deleted exemption {ex} (policy version "}},
 
 		// identities
@@ -332,6 +343,10 @@ func TestAdminCommands(t *testing.T) {
 		{name: "tokens list json", role: control.RoleAdmin, args: []string{"tokens", "list", "-o", "json"}, json: map[string]string{"tokens": "[]"}},
 		{name: "tokens create json", role: control.RoleAdmin, args: []string{"tokens", "create", "deploy", "--role", "write", "-o", "json"},
 			json: map[string]string{"name": `"deploy"`, "role": `"write"`, "token": "*", "policy_version": "*"}},
+		{name: "tokens create with a ttl", role: control.RoleAdmin, args: []string{"tokens", "create", "ephemeral", "--role", "read", "--ttl", "2h", "-o", "json"},
+			json: map[string]string{"name": `"ephemeral"`, "expires_at": `"2026-11-23T14:00:00Z"`, "token": "*"}},
+		{name: "tokens list shows the expiry", role: control.RoleAdmin, args: []string{"tokens", "list"}, header: tokenHeader,
+			row: map[string]string{"NAME": "ephemeral", "ROLE": "read", "EXPIRES_AT": "2026-11-23T14:00:00Z", "LAST_USED_AT": "-"}},
 		{name: "tokens delete", role: control.RoleAdmin, args: []string{"tokens", "delete", "deploy"}, contains: []string{`deleted token "deploy" (policy version `}},
 
 		// audit, usage, violations, nodes, reset

@@ -38,6 +38,10 @@ type Client struct {
 	Verbose io.Writer
 	// UserAgent is sent with each call.
 	UserAgent string
+	// WaitFleet asks every change to answer only once every live node enforces it (the
+	// header Sluice-Wait: fleet); the server answers 504 naming the nodes that lag past its
+	// --wait-timeout.
+	WaitFleet bool
 }
 
 // Request is one call: the path under Base (starting with /admin/v1/), and what a change adds.
@@ -111,6 +115,9 @@ func (c *Client) Do(ctx context.Context, rq Request) (*Answer, error) {
 	}
 	if rq.Reason != "" {
 		req.Header.Set("X-Sluice-Reason", rq.Reason)
+	}
+	if c.WaitFleet && rq.Method != http.MethodGet && rq.Method != http.MethodHead {
+		req.Header.Set(adminapi.WaitHeader, "fleet")
 	}
 	c.traceRequest(req)
 	start := time.Now()

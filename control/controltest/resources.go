@@ -688,7 +688,7 @@ func testTokens(t *testing.T, e *env) {
 	if e.h.Columns != nil {
 		cols := e.h.Columns(t, e.addr, "tokens")
 		slices.Sort(cols)
-		want := []string{"created_at", "created_by", "hash", "name", "role", "version"}
+		want := []string{"created_at", "created_by", "expires_at", "hash", "last_used_at", "name", "role", "version"}
 		if !slices.Equal(cols, want) {
 			t.Errorf("tokens columns = %v, want %v", cols, want)
 		}

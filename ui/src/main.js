@@ -20,10 +20,12 @@ class APIError extends Error {
 }
 
 // api calls the admin API. body is sent as JSON, or as it is when contentType is given (a
-// domain's YAML).
+// domain's YAML, a merge patch). Every change waits for the fleet (Sluice-Wait: fleet): when
+// the dashboard says it is done, every live node enforces it; a 504 names the nodes that lag.
 async function api(method, path, body, contentType) {
   const token = sessionStorage.getItem(TOKEN_KEY) || "";
   const init = { method, headers: { Authorization: "Bearer " + token } };
+  if (method !== "GET") init.headers["Sluice-Wait"] = "fleet";
   if (body !== undefined && contentType) {
     init.headers["Content-Type"] = contentType;
     init.body = body;
@@ -303,14 +305,11 @@ function Overrides() {
     if (f.burst !== "") body.burst = Number(f.burst);
     act(api("POST", "overrides", body), "Override created.");
   };
-  // The API has no update of an override: extending is a new one with the same target, made
-  // once the old one is deleted.
+  // Extending is one PATCH of expires_at: the override changes in place, so the ban is never
+  // lifted in between (a delete and a create would leave a gap if the second call failed).
   const extend = (o) => {
-    const body = { type: o.type, reason: o.reason, expires_at: new Date(Date.parse(o.expires_at) + 3600e3).toISOString().replace(/\.\d+Z$/, "Z") };
-    for (const k of ["tenant", "user", "api_key", "endpoint", "rule"]) if (o[k]) body[k] = o[k];
-    if (o.type === "multiplier") body.value = o.value;
-    if (o.type === "custom") { body.limit = o.limit; if (o.burst) body.burst = o.burst; }
-    act(api("DELETE", "overrides/" + o.id).then(() => api("POST", "overrides", body)), "Override extended by an hour.");
+    const expires_at = new Date(Date.parse(o.expires_at) + 3600e3).toISOString().replace(/\.\d+Z$/, "Z");
+    act(api("PATCH", "overrides/" + o.id, JSON.stringify({ expires_at }), "application/merge-patch+json"), "Override extended by an hour.");
   };
   const createEx = (ev) => {
     ev.preventDefault();

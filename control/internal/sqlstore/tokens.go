@@ -15,7 +15,7 @@ func scanToken(r *sql.Rows) (control.Token, error) {
 	var t control.Token
 	var role string
 	var hash []byte
-	if err := r.Scan(&t.Name, &role, &hash, &t.CreatedBy, ts{&t.CreatedAt}, &t.Version); err != nil {
+	if err := r.Scan(&t.Name, &role, &hash, &t.CreatedBy, ts{&t.CreatedAt}, &t.Version, nullTS{&t.ExpiresAt}, nullTS{&t.LastUsedAt}); err != nil {
 		return t, err
 	}
 	t.Role = control.Role(role)
@@ -57,6 +57,9 @@ func (s *Store) CreateToken(ctx context.Context, ch control.Change, tok control.
 	if err := tok.Validate(); err != nil {
 		return control.Token{}, fmt.Errorf("create token: %w", err)
 	}
+	if err := normTokenExpiry(&tok); err != nil {
+		return control.Token{}, fmt.Errorf("create token: %w", err)
+	}
 	_, err := s.change(ctx, ch, func(t *tx) error {
 		if _, err := one(ctx, t.tx, s.q["TokenGet"], scanToken, tok.Name); err == nil {
 			return control.ErrConflict
@@ -66,9 +69,9 @@ func (s *Store) CreateToken(ctx context.Context, ch control.Change, tok control.
 		if ch.IfMatch != "" {
 			return control.ErrPreconditionFailed
 		}
-		tok.CreatedBy, tok.CreatedAt, tok.Version = ch.Actor, t.now, t.version
+		tok.CreatedBy, tok.CreatedAt, tok.Version, tok.LastUsedAt = ch.Actor, t.now, t.version, nil
 		if _, err := t.tx.ExecContext(ctx, s.q["TokenInsert"], tok.Name, string(tok.Role), tok.Hash[:],
-			tok.CreatedBy, s.d.Time(tok.CreatedAt), tok.Version); err != nil {
+			tok.CreatedBy, s.d.Time(tok.CreatedAt), tok.Version, s.tokenExpiry(tok)); err != nil {
 			return err // a taken hash is a unique violation: ErrConflict
 		}
 		return t.audit(control.KindToken, control.ActionCreate, tok.Name, nil, tok, "")
@@ -82,6 +85,9 @@ func (s *Store) CreateToken(ctx context.Context, ch control.Change, tok control.
 // ReplaceToken implements control.Store.
 func (s *Store) ReplaceToken(ctx context.Context, ch control.Change, tok control.Token) (control.Token, error) {
 	if err := tok.Validate(); err != nil {
+		return control.Token{}, fmt.Errorf("replace token: %w", err)
+	}
+	if err := normTokenExpiry(&tok); err != nil {
 		return control.Token{}, fmt.Errorf("replace token: %w", err)
 	}
 	_, err := s.change(ctx, ch, func(t *tx) error {
@@ -100,9 +106,9 @@ func (s *Store) ReplaceToken(ctx context.Context, ch control.Change, tok control
 		} else if ch.IfMatch != "" {
 			return control.ErrPreconditionFailed
 		}
-		tok.CreatedBy, tok.CreatedAt, tok.Version = ch.Actor, t.now, t.version
+		tok.CreatedBy, tok.CreatedAt, tok.Version, tok.LastUsedAt = ch.Actor, t.now, t.version, nil
 		if _, err := t.tx.ExecContext(ctx, s.q["TokenInsert"], tok.Name, string(tok.Role), tok.Hash[:],
-			tok.CreatedBy, s.d.Time(tok.CreatedAt), tok.Version); err != nil {
+			tok.CreatedBy, s.d.Time(tok.CreatedAt), tok.Version, s.tokenExpiry(tok)); err != nil {
 			return err // a taken hash is a unique violation: ErrConflict
 		}
 		if !exists {
@@ -144,6 +150,9 @@ func (s *Store) DeleteToken(ctx context.Context, ch control.Change, name string)
 			}
 		}
 		if _, err := t.tx.ExecContext(ctx, s.q["TokenDelete"], name); err != nil {
+			return err
+		}
+		if _, err := t.tx.ExecContext(ctx, s.q["TokenRevokedInsert"], old.Hash[:], name, s.d.Time(t.now)); err != nil {
 			return err
 		}
 		return t.audit(control.KindToken, control.ActionDelete, name, old, nil, "")

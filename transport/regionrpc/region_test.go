@@ -466,3 +466,57 @@ func TestHomeForwardingIdempotent(t *testing.T) {
 		t.Fatalf("key reused for cost 3: err %v, home left %d; want an error and 8", err, homeLeft())
 	}
 }
+
+// TestLinkCallsReadyOnReconnect: a link tells the Region each time its connection is ready
+// again, so that a healed partition syncs at once rather than at the next tick; Close stops
+// the watch.
+func TestLinkCallsReadyOnReconnect(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	go srv.Serve(ln)
+	defer srv.Stop()
+	proxy := testproxy.Start(t, ln.Addr().String())
+	mem := memory.New()
+	defer mem.Close()
+	r, err := region.New(region.Config{Name: "a"}, mem, mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(r, Options{Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	readies := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return readies }
+	l, err := tr.Dial(region.LinkConfig{Name: "b", Addr: proxy.Addr, Sync: 50 * time.Millisecond, CallTimeout: time.Second,
+		Ready: func() { mu.Lock(); readies++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	waitFor(t, 15*time.Second, "the first connection is ready", func() bool { return count() >= 1 })
+	proxy.Cut(true)
+	before := count()
+	// A call on the cut link fails and drops the connection; the heal makes it ready again.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	l.Sync(ctx, &region.SyncMessage{Region: "a"})
+	cancel()
+	proxy.Cut(false)
+	waitFor(t, 15*time.Second, "ready again after the heal", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		l.Sync(ctx, &region.SyncMessage{Region: "a"}) // Unimplemented here: only the connection counts
+		cancel()
+		return count() > before
+	})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+}

@@ -16,7 +16,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/tlsreload"
 	"github.com/sluicehq/sluice/policy"
-	"github.com/sluicehq/sluice/region"
+	"github.com/sluicehq/sluice/store/region"
+	"github.com/sluicehq/sluice/transport/regionrpc"
 )
 
 // regionFlags are serve's multi-region settings (docs/architecture.md, Regions).
@@ -42,9 +43,16 @@ func (r *regionFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&r.ca, "region-ca", EnvDefault("SLUICE_REGION_CA", ""), "PEM CA bundle that the other regions' gRPC certificates are checked against: region links use TLS (and present --tls-cert, if set, as the client certificate) (SLUICE_REGION_CA)")
 }
 
+// regionConfig is a region node's configuration: the decorator's (store/region) and its
+// links' (transport/regionrpc).
+type regionConfig struct {
+	region.Config
+	regionrpc.Options
+}
+
 // config checks the flags and returns the region's configuration, or nil without --region.
 // It touches nothing but the CA and certificate files it reads.
-func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*region.Config, error) {
+func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*regionConfig, error) {
 	if r.name == "" {
 		switch {
 		case r.regions != "":
@@ -69,7 +77,8 @@ func (r regionFlags) config(clientCert, clientKey string, log *slog.Logger) (*re
 	if err != nil {
 		return nil, err
 	}
-	cfg := &region.Config{Name: r.name, Peers: map[string]string{}, Sync: r.sync, Timeout: r.timeout, Log: log, Token: token}
+	cfg := &regionConfig{Config: region.Config{Name: r.name, Peers: map[string]string{}, Sync: r.sync, Timeout: r.timeout, Log: log},
+		Options: regionrpc.Options{Token: token, Log: log}}
 	for _, pair := range strings.Split(r.regions, ",") {
 		pair = strings.TrimSpace(pair)
 		if pair == "" {
@@ -125,18 +134,22 @@ func (r regionFlags) token() (string, error) {
 	switch {
 	case tok == "":
 		return "", fmt.Errorf("--region-token-file: needed with --region (or %s): the other regions' calls must prove they are theirs", envRegionToken)
-	case region.CheckToken(tok) != nil:
-		return "", region.CheckToken(tok)
+	case regionrpc.CheckToken(tok) != nil:
+		return "", regionrpc.CheckToken(tok)
 	}
 	return tok, nil
 }
 
-// regionNode is a node's part in the regions, or nil for a node without --region.
-type regionNode struct{ r *region.Region }
+// regionNode is a node's part in the regions, or nil for a node without --region: the store
+// decorator and its gRPC transport.
+type regionNode struct {
+	r *region.Region
+	t *regionrpc.Transport
+}
 
 // wrapRegion puts the region over st, the store as the limiter uses it; raw is the same store
 // unguarded, which the sync reads. Without cfg it returns st.
-func wrapRegion(cfg *region.Config, st, raw sluice.Store) (sluice.Store, *regionNode, error) {
+func wrapRegion(cfg *regionConfig, st, raw sluice.Store) (sluice.Store, *regionNode, error) {
 	if cfg == nil {
 		return st, nil, nil
 	}
@@ -144,11 +157,15 @@ func wrapRegion(cfg *region.Config, st, raw sluice.Store) (sluice.Store, *region
 	if !ok {
 		return nil, nil, fmt.Errorf("--region: the store %T cannot list and read its keys", raw)
 	}
-	r, err := region.New(*cfg, st, reader, nil)
+	r, err := region.New(cfg.Config, st, reader, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	return r, &regionNode{r: r}, nil
+	t, err := regionrpc.New(r, cfg.Options)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, &regionNode{r: r, t: t}, nil
 }
 
 // start serves the Regions service on s, exports the peer metrics and begins the sync, with
@@ -158,9 +175,9 @@ func (n *regionNode) start(s *grpc.Server, reg prometheus.Registerer, lim *sluic
 		return nil
 	}
 	n.r.UsePolicy(lim.Policy)
-	n.r.Register(s)
-	reg.MustRegister(n.r)
-	if err := n.r.Start(); err != nil {
+	n.t.Register(s)
+	reg.MustRegister(n.t)
+	if err := n.r.Start(n.t.Dial); err != nil {
 		return err
 	}
 	log.Info("region sync on", "region", n.r.Name(), "peers", len(n.r.Peers()))

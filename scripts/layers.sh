@@ -3,7 +3,9 @@
 # For each layer it lists the packages that its packages build on (go list -deps, tests left
 # out) and fails on any that the layer must not use:
 #   engine     (root, algorithm, policy, store, httplimit, shipped internal) — nothing above it,
-#              no SQL driver, no etcd client;
+#              no SQL driver, no etcd client, no Prometheus client;
+#   stores     (store/...) — besides, no gRPC: a decorator that talks to peers (store/region)
+#              declares the link it calls, and transport/ implements it;
 #   transport  (transport/...) — not the control plane;
 #   control    (control/...)   — not telemetry, not the transports;
 #   telemetry  (telemetry/...) — not the control plane, not the transports;
@@ -34,9 +36,14 @@ check() {
 
 above_engine="^$m/(cmd|node|transport|control|telemetry|e2e|api)(/|$)"
 drivers='^(modernc\.org/sqlite|github\.com/jackc/pgx|database/sql|go\.etcd\.io/)'
+# Metrics are exported above the engine (telemetry/, the transports), which read the figures
+# the engine's packages expose (hotkey.Stats, region.Stats).
+prometheus='^github\.com/prometheus/'
 engine=(. ./algorithm ./policy/... ./store/... ./httplimit)
 for p in $(go list -f '{{.ImportPath}}' ./internal/... | grep -v "/internal/testkit/"); do engine+=("$p"); done
-check engine "$above_engine|$drivers" "${engine[@]}"
+check engine "$above_engine|$drivers|$prometheus" "${engine[@]}"
+# internal/grpcdecode, a helper of the gRPC transports, builds on grpc; the stores do not.
+check stores '^google\.golang\.org/grpc(/|$)' ./store/...
 check transport "^$m/(cmd|node|control)(/|$)" ./transport/...
 check control "^$m/(cmd|node|transport|telemetry)(/|$)" ./control/...
 check telemetry "^$m/(cmd|node|transport|control)(/|$)" ./telemetry/...

@@ -6,15 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding/gzip"
-
-	sluicev1 "github.com/sluicehq/sluice/api/sluice/v1"
 )
 
 // maxInFlight bounds the Sync calls to one peer that may be under way: when a link's round
@@ -26,10 +17,9 @@ const maxInFlight = 16
 // serve's gRPC server accepts.
 const maxMessage = 256 << 10
 
-// client is the connection to a peer and the delivery state of the sync to it.
+// client is the link to a peer and the delivery state of the sync to it.
 type client struct {
-	conn *grpc.ClientConn
-	rpc  sluicev1.RegionsClient
+	link Link // nil until Start
 
 	mu sync.Mutex
 	// sent is the change number up to which counts were sent; acked up to which a call
@@ -43,36 +33,24 @@ type client struct {
 }
 
 func (c *client) close() {
-	if c.conn != nil {
-		c.conn.Close()
+	if c.link != nil {
+		c.link.Close()
 	}
 }
 
-// Start connects to the peers and begins the sync, until Stop.
-func (r *Region) Start() error {
-	creds := insecure.NewCredentials()
-	if r.cfg.TLS != nil {
-		creds = credentials.NewTLS(r.cfg.TLS)
-	}
-	// Reconnect attempts no further apart than half a sync (gRPC's default backoff grows to 2
-	// minutes), and watch syncs as soon as a link is ready: a healed link carries what the
-	// partition held back within one sync of the heal.
-	bo := backoff.Config{BaseDelay: r.cfg.Sync / 4, Multiplier: 1.6, Jitter: 0.2, MaxDelay: r.cfg.Sync / 2}
+// Start connects to the peers through dial and begins the sync, until Stop. A link that
+// becomes ready again (dial's LinkConfig.Ready) makes a sync at once: a healed link carries
+// what the partition held back within one sync of the heal.
+func (r *Region) Start(dial Dialer) error {
 	for _, p := range r.peers {
-		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds),
-			grpc.WithPerRPCCredentials(tokenCredentials{header: "Bearer " + r.cfg.Token}),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.callTimeout()}))
+		link, err := dial(LinkConfig{Name: p.name, Addr: p.addr, Sync: r.cfg.Sync, CallTimeout: r.callTimeout(), Ready: r.ready})
 		if err != nil {
 			for _, q := range r.peers {
 				q.close()
 			}
 			return fmt.Errorf("--regions: %s=%s: %w", p.name, p.addr, err)
 		}
-		p.conn, p.rpc = conn, sluicev1.NewRegionsClient(conn)
-	}
-	for _, p := range r.peers {
-		r.done.Add(1)
-		go r.watch(p)
+		p.link = link
 	}
 	r.done.Add(1)
 	go r.loop()
@@ -84,30 +62,35 @@ func (r *Region) Start() error {
 	return nil
 }
 
-// watch kicks the sync loop when p's connection becomes ready again: a healed link then
-// carries every count the partition held back at once, not at the next tick.
-func (r *Region) watch(p *peer) {
-	defer r.done.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-r.stop
-		cancel()
-	}()
-	p.conn.Connect()
-	state := p.conn.GetState()
-	for p.conn.WaitForStateChange(ctx, state) {
-		next := p.conn.GetState()
-		if next == connectivity.Ready && state != connectivity.Ready {
-			select {
-			case r.kick <- struct{}{}:
-			default: // a sync is due already
-			}
-		}
-		state = next
+// Receive merges a peer's Sync, as the transport received it. The message is checked whole
+// before anything is merged: a field that does not check is a *FieldError naming it. It is
+// also queued for the region's inbox, when its store keeps one, so that the region's other
+// nodes learn it too; Receive never waits for that.
+func (r *Region) Receive(msg *SyncMessage) error {
+	pi, counts, err := r.checkSync(msg)
+	if err != nil {
+		return err
+	}
+	now := r.nowMicros()
+	r.postInbox(msg, now)
+	r.receive(pi, counts, now)
+	p := r.peers[pi]
+	p.stale.arrived(msg.SentAtUs, now)
+	storeMax(&p.fromPeer, now)
+	storeMax(&p.heard, now)
+	return nil
+}
+
+// ready kicks the sync loop: a peer's link became ready again, and carries every count the
+// partition held back at once, not at the next tick.
+func (r *Region) ready() {
+	select {
+	case r.kick <- struct{}{}:
+	default: // a sync is due already
 	}
 }
 
+// loop syncs every Config.Sync, or at once when a link became ready, until Stop.
 func (r *Region) loop() {
 	defer r.done.Done()
 	t := time.NewTicker(r.cfg.Sync)
@@ -166,20 +149,20 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 	entries := r.outbox(from)
 	// Messages of at most maxMessage bytes of counts: a node's gRPC server refuses large
 	// messages, and after a long partition a region may have many keys to tell.
-	var reqs []*sluicev1.SyncRequest
+	var reqs []*SyncMessage
 	size := 0
 	for i, e := range entries {
 		if i == 0 || size+len(e.key)+32 > maxMessage {
-			reqs = append(reqs, &sluicev1.SyncRequest{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
+			reqs = append(reqs, &SyncMessage{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
 			size = 0
 		}
 		req := reqs[len(reqs)-1]
-		req.Counts = append(req.Counts, &sluicev1.WindowCount{Key: e.key, WindowStartUs: e.start, Count: e.count, Rate: e.rate})
+		req.Counts = append(req.Counts, WindowCount{Key: e.key, WindowStartUs: e.start, Count: e.count, Rate: e.rate})
 		size += len(e.key) + 32
 	}
 	if len(reqs) == 0 {
 		// Sent anyway: it tells the peer this region is alive, and measures the delay.
-		reqs = append(reqs, &sluicev1.SyncRequest{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
+		reqs = append(reqs, &SyncMessage{Region: r.cfg.Name, SentAtUs: now, SyncIntervalUs: r.cfg.Sync.Microseconds()})
 	}
 	p.inFlight.Add(1)
 	r.done.Add(1)
@@ -199,8 +182,7 @@ func (r *Region) send(p *peer, seq uint64, now int64) {
 		var rtt time.Duration
 		for _, req := range reqs {
 			start := time.Now()
-			// Compressed: a message repeats the rule's key head in every count.
-			if _, err = p.rpc.Sync(ctx, req, grpc.UseCompressor(gzip.Name)); err != nil {
+			if err = p.link.Sync(ctx, req); err != nil {
 				break
 			}
 			rtt = time.Since(start)

@@ -33,7 +33,7 @@ func BenchmarkGlobalCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			mem := memory.New(memory.WithSweepInterval(0))
-			r, err := New(Config{Name: "a", Peers: map[string]string{"b": "127.0.0.1:1"}, Token: testToken}, mem, mem, func() *policy.Snapshot { return snap })
+			r, err := New(Config{Name: "a", Peers: map[string]string{"b": "127.0.0.1:1"}}, mem, mem, func() *policy.Snapshot { return snap })
 			if err != nil {
 				b.Fatal(err)
 			}

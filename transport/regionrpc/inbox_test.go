@@ -1,8 +1,9 @@
-package region
+package regionrpc
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"net"
 	"regexp"
@@ -21,10 +22,8 @@ import (
 	"github.com/sluicehq/sluice/store"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/region"
 )
-
-// The Redis store keeps the region inbox.
-var _ Inbox = (*redis.Store)(nil)
 
 const inboxPolicy = "rules:\n  - {name: quota, key: [user], algorithm: fixed_window, limit: 1000, period: 1000h, regions: global}\n"
 
@@ -56,7 +55,7 @@ func startRedisNode(t *testing.T, addr string, sync time.Duration, log *logBuffe
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Sync: sync, Timeout: 5 * time.Second, Token: testToken}
+	cfg := region.Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Sync: sync, Timeout: 5 * time.Second}
 	if log != nil {
 		cfg.Log = slog.New(slog.NewTextHandler(log, nil))
 	}
@@ -65,9 +64,9 @@ func startRedisNode(t *testing.T, addr string, sync time.Duration, log *logBuffe
 
 // startNode starts a node with cfg over st: Region, Limiter with inboxPolicy, and gRPC server
 // on loopback, all stopped when the test ends.
-func startNode(t *testing.T, cfg Config, st interface {
+func startNode(t *testing.T, cfg region.Config, st interface {
 	store.Store
-	Reader
+	region.Reader
 }) *node {
 	t.Helper()
 	snap, err := policy.LoadFiles(map[string][]byte{"p.yaml": []byte(inboxPolicy)})
@@ -112,8 +111,7 @@ func TestInboxSharesSyncsAcrossNodes(t *testing.T) {
 	srv := redistest.Start(t)
 	a := startRedisNode(t, srv.Addr, sync, nil)
 	b := startRedisNode(t, srv.Addr, sync, nil)
-	eu := b.r.peers[b.r.byName["eu"]]
-	if b.r.isUp(eu, b.r.nowMicros()) {
+	if peerStats(t, b, "eu").Up {
 		t.Fatal("b counts eu up before any Sync")
 	}
 
@@ -123,11 +121,12 @@ func TestInboxSharesSyncsAcrossNodes(t *testing.T) {
 	}
 	took := waitFor(t, 10*time.Second, "b holds eu's count", func() bool { return remoteOf(b, "ann") == 40 })
 	t.Logf("b held the count a received %v later (sync %v)", took.Round(time.Millisecond), sync)
-	if !b.r.isUp(eu, b.r.nowMicros()) {
+	eu := peerStats(t, b, "eu")
+	if !eu.Up {
 		t.Error("b counts eu down after learning its Sync from the inbox")
 	}
-	if h := eu.fromPeer.Load(); h <= 0 || b.r.nowMicros()-h > (5*time.Second).Microseconds() {
-		t.Errorf("b's last report from eu is at %d, not recent: its lag would be wrong", h)
+	if h := eu.LastReport; h.IsZero() || time.Since(h) > 5*time.Second {
+		t.Errorf("b's last report from eu is at %v, not recent: its lag would be wrong", h)
 	}
 
 	// The other way round, and the counts grow.
@@ -139,6 +138,18 @@ func TestInboxSharesSyncsAcrossNodes(t *testing.T) {
 	if !d.Allowed || d.Remaining != 1000-55-1 {
 		t.Errorf("b's decision: allowed %v remaining %d, want allowed with %d", d.Allowed, d.Remaining, 1000-55-1)
 	}
+}
+
+// peerStats returns n's figures of the peer region name.
+func peerStats(t *testing.T, n *node, name string) region.PeerStats {
+	t.Helper()
+	for _, p := range n.r.Stats().Peers {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no peer %s", name)
+	return region.PeerStats{}
 }
 
 var skippedLine = regexp.MustCompile(`records_skipped=(\d+)`)
@@ -160,13 +171,7 @@ func TestInboxSkipsBadRecords(t *testing.T) {
 	bob, _ := keyOf(b, "bob")
 	now := time.Now().UnixMicro()
 	start := now - now%period
-	rec := func(req *sluicev1.SyncRequest) []byte {
-		out, err := encodeInbox(7, now, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	rec := func(req *sluicev1.SyncRequest) []byte { return inboxRecord(t, 7, now, req) }
 	good := rec(&sluicev1.SyncRequest{Region: "eu", SentAtUs: now, Counts: []*sluicev1.WindowCount{{Key: ann, WindowStartUs: start, Count: 7}}})
 	// bob's count is valid, ann's is not: the record is refused whole, bob's count with it.
 	halfBad := rec(&sluicev1.SyncRequest{Region: "eu", SentAtUs: now, Counts: []*sluicev1.WindowCount{
@@ -196,7 +201,7 @@ func TestInboxSkipsBadRecords(t *testing.T) {
 		return n == 7
 	})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(b.r)
+	reg.MustRegister(b.t)
 	if got := counter(t, reg, "sluice_region_inbox_skipped_total"); got != 7 {
 		t.Errorf("sluice_region_inbox_skipped_total %v, want 7", got)
 	}
@@ -230,7 +235,7 @@ func TestResendRestoresAMissedSync(t *testing.T) {
 	srv := redistest.Start(t)
 	a := startRedisNode(t, srv.Addr, sync, nil)
 	mem := memory.New(memory.WithSweepInterval(0))
-	eu := startNode(t, Config{Name: "eu", Peers: map[string]string{"us": a.addr}, Sync: sync, Timeout: 5 * time.Second, Resend: resend, Token: testToken}, mem)
+	eu := startNode(t, region.Config{Name: "eu", Peers: map[string]string{"us": a.addr}, Sync: sync, Timeout: 5 * time.Second, Resend: resend}, mem)
 	for range 30 {
 		if d := check(t, eu.lim, &sluice.Request{User: "ann"}); !d.Allowed {
 			t.Fatal("eu denied within its limit")
@@ -246,74 +251,21 @@ func TestResendRestoresAMissedSync(t *testing.T) {
 	t.Logf("a node that missed eu's Syncs held its counts %v after it started (full send every %v)", took.Round(time.Millisecond), resend)
 }
 
-// TestInboxRecordRoundTrip: a record reads back as written.
-func TestInboxRecordRoundTrip(t *testing.T) {
-	t.Parallel()
-	req := &sluicev1.SyncRequest{Region: "eu", SentAtUs: 12, SyncIntervalUs: 100_000,
-		Counts: []*sluicev1.WindowCount{{Key: []byte("sl:q:00000000"), WindowStartUs: 60_000_000, Count: 3, Rate: 1.5}}}
-	rec, err := encodeInbox(42, 1_700_000_000_000_000, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, at, got, err := decodeInbox(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if node != 42 || at != 1_700_000_000_000_000 || !proto.Equal(got, req) {
-		t.Fatalf("read back node %d at %d %v, want 42 at 1700000000000000 %v", node, at, got, req)
-	}
-}
+// inboxHeader is the length of an inbox record's header: version, node id, arrival time.
+const inboxHeader = 1 + 8 + 8
 
-// TestMemoryRegionHasNoInbox: a memory store's region is one node, and keeps no inbox.
-func TestMemoryRegionHasNoInbox(t *testing.T) {
-	t.Parallel()
-	mem := memory.New(memory.WithSweepInterval(0))
-	defer mem.Close()
-	r, err := New(Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Token: testToken}, mem, mem, nil)
+// inboxRecord returns the inbox record of req received at at by node, in the format of
+// store/region's inbox.go written out here, with the generated proto: version 1, the node id
+// and the arrival time big-endian, then the SyncRequest as protobuf.
+func inboxRecord(t *testing.T, node uint64, at int64, req *sluicev1.SyncRequest) []byte {
+	t.Helper()
+	buf := make([]byte, inboxHeader)
+	buf[0] = 1
+	binary.BigEndian.PutUint64(buf[1:], node)
+	binary.BigEndian.PutUint64(buf[9:], uint64(at))
+	buf, err := proto.MarshalOptions{}.MarshalAppend(buf, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.inbox != nil {
-		t.Fatal("a memory region keeps an inbox")
-	}
-}
-
-// FuzzInboxRecord: whatever a record holds, merging it neither panics nor merges a count a
-// Sync could not carry.
-func FuzzInboxRecord(f *testing.F) {
-	mem := memory.New(memory.WithSweepInterval(0))
-	defer mem.Close()
-	r, err := New(Config{Name: "us", Peers: map[string]string{"eu": "127.0.0.1:1"}, Token: testToken}, mem, mem, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, req := range []*sluicev1.SyncRequest{
-		{Region: "eu", SentAtUs: 1, Counts: []*sluicev1.WindowCount{{Key: []byte("sl:q:00000000:a"), WindowStartUs: 0, Count: 1, Rate: -1}}},
-		{Region: "eu"},
-		{Region: "mars"},
-	} {
-		rec, err := encodeInbox(1, 5, req)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(rec)
-	}
-	f.Add([]byte{})
-	f.Add([]byte{inboxVersion})
-	f.Fuzz(func(t *testing.T, rec []byte) {
-		if err := r.mergeInbox(rec); err != nil {
-			return
-		}
-		r.table.mu.RLock()
-		defer r.table.mu.RUnlock()
-		for k, rk := range r.table.keys {
-			for _, pc := range rk.per {
-				for _, w := range pc.win {
-					if w.count < 0 || w.start < 0 || len(k) == 0 || len(k) > maxKeyLen {
-						t.Fatalf("merged %q %+v from %x", k, w, rec)
-					}
-				}
-			}
-		}
-	})
+	return buf
 }

@@ -13,7 +13,6 @@ package region
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,29 +26,20 @@ import (
 	"github.com/sluicehq/sluice/store"
 )
 
-// Config is a region node's configuration: the serve flags --region, --regions,
-// --region-sync, --region-timeout and --region-ca.
+// Config is a region node's configuration: the serve flags --region, --regions, --region-sync
+// and --region-timeout. The links' own settings (--region-ca, --region-token-file) are the
+// transport's (transport/regionrpc).
 type Config struct {
 	// Name is this region's name (--region).
 	Name string
-	// Peers maps every other region's name to the gRPC address of a node or load balancer
-	// there (--regions).
+	// Peers maps every other region's name to the address of a node or load balancer there
+	// (--regions), as the Dialer given to Start understands it.
 	Peers map[string]string
 	// Sync is how often counts are sent (--region-sync, default 100ms).
 	Sync time.Duration
 	// Timeout is how long a peer may stay silent before it counts as down (--region-timeout,
 	// default 5s). A down peer's last rate is assumed meanwhile.
 	Timeout time.Duration
-	// TLS, when set, is the client configuration for peers (--region-ca); nil is plaintext.
-	TLS *tls.Config
-	// Token is the secret every region's nodes share (--region-token-file): sent with every
-	// call to a peer, and required of every call to this node's Regions service. At least
-	// MinTokenLen bytes and MinTokenBits of entropy.
-	Token string
-	// OnAuthFailure, when set, is told of each call refused for its region token, with the
-	// reason ("invalid", or "limited": from an address past its failures): the node counts
-	// them beside the admin API's (sluice_admin_auth_failures_total).
-	OnAuthFailure func(reason string)
 	// Log receives peer state changes.
 	Log *slog.Logger
 	// Now is the clock (default time.Now); tests drive it.
@@ -69,16 +59,15 @@ type Reader interface {
 	store.KeyDirectory
 }
 
-// Region is one node's part in the regions: a store.Store over the region's store, the sync
-// with the other regions, and the Regions gRPC service they call.
+// Region is one node's part in the regions: a store.Store over the region's store, and the
+// sync with the other regions through the links a Dialer makes (Start). What the other regions
+// call on this node, Receive and Decide, a transport serves (transport/regionrpc).
 type Region struct {
 	cfg    Config
 	inner  store.Store
 	reader Reader
 	now    func() time.Time
 	log    *slog.Logger
-	// guard limits, counts and logs failed region authentications.
-	guard *authGuard
 
 	source atomic.Pointer[func() *policy.Snapshot]
 	rules  atomic.Pointer[ruleSet]
@@ -117,9 +106,6 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	if msg := policy.ValidRegionName(cfg.Name); msg != "" {
 		return nil, fmt.Errorf("--region: %s", msg)
 	}
-	if err := CheckToken(cfg.Token); err != nil {
-		return nil, err
-	}
 	if cfg.Sync <= 0 {
 		cfg.Sync = 100 * time.Millisecond
 	}
@@ -135,7 +121,7 @@ func New(cfg Config, inner store.Store, reader Reader, pol func() *policy.Snapsh
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Region{cfg: cfg, inner: inner, reader: reader, now: cfg.Now, log: cfg.Log, guard: newAuthGuard(),
+	r := &Region{cfg: cfg, inner: inner, reader: reader, now: cfg.Now, log: cfg.Log,
 		byName: map[string]int{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if pol != nil {
 		r.UsePolicy(pol)

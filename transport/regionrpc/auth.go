@@ -1,4 +1,4 @@
-package region
+package regionrpc
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func CheckToken(tok string) error {
 
 // Failed region authentications are limited per client address (authFailures a minute, then
 // a wrong token is refused as too many, as the admin API does), counted through
-// Config.OnAuthFailure, and logged at most once per authLogEvery with the number left
+// Options.OnAuthFailure, and logged at most once per authLogEvery with the number left
 // unlogged.
 const (
 	authFailures   = 10
@@ -133,11 +133,11 @@ var errTooManyFailures = status.Error(codes.ResourceExhausted, "too many failed 
 // always passes, whatever others sharing the caller's address sent; a wrong one from an
 // address past its failures is refused as such (ResourceExhausted). Every failure is counted
 // and, at a bounded rate, logged (never with what was sent).
-func (r *Region) authorize(ctx context.Context) error {
+func (t *Transport) authorize(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(r.cfg.Token)) == 1 {
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(t.opts.Token)) == 1 {
 			return nil
 		}
 	}
@@ -145,23 +145,23 @@ func (r *Region) authorize(ctx context.Context) error {
 	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
 		addr, _, _ = net.SplitHostPort(p.Addr.String())
 	}
-	now := r.nowMicros()
-	if r.guard.blocked(addr, now) {
-		r.authFailed(addr, "limited")
+	now := t.opts.Now().UnixMicro()
+	if t.guard.blocked(addr, now) {
+		t.authFailed(addr, "limited")
 		return errTooManyFailures
 	}
-	r.guard.failed(addr, now)
-	r.authFailed(addr, "invalid")
+	t.guard.failed(addr, now)
+	t.authFailed(addr, "invalid")
 	return errUnauthenticated
 }
 
 // authFailed counts a failed region authentication and logs it unless a line was written
 // within authLogEvery.
-func (r *Region) authFailed(addr, reason string) {
-	if r.cfg.OnAuthFailure != nil {
-		r.cfg.OnAuthFailure(reason)
+func (t *Transport) authFailed(addr, reason string) {
+	if t.opts.OnAuthFailure != nil {
+		t.opts.OnAuthFailure(reason)
 	}
-	g := r.guard
+	g := t.guard
 	g.mu.Lock()
 	now := time.Now()
 	if !g.lastLog.IsZero() && now.Sub(g.lastLog) < authLogEvery {
@@ -172,5 +172,5 @@ func (r *Region) authFailed(addr, reason string) {
 	unsaid := g.unsaid
 	g.lastLog, g.unsaid = now, 0
 	g.mu.Unlock()
-	r.log.Warn("region call refused: no valid region token", "client", addr, "reason", reason, "unlogged_before", unsaid)
+	t.opts.Log.Warn("region call refused: no valid region token", "client", addr, "reason", reason, "unlogged_before", unsaid)
 }

@@ -70,7 +70,7 @@ func simulate(t testing.TB, c simConfig) simResult {
 		}
 		mem := memory.New(memory.WithClock(func() int64 { return now.UnixMicro() }), memory.WithSweepInterval(0))
 		var lim *sluice.Limiter
-		r, err := New(Config{Name: names[i], Peers: peers, Sync: c.sync, Now: clock, NoReservation: c.naive, Token: testToken}, mem, mem,
+		r, err := New(Config{Name: names[i], Peers: peers, Sync: c.sync, Now: clock, NoReservation: c.naive}, mem, mem,
 			func() *policy.Snapshot { return snap })
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package region
+package regionrpc
 
 import (
 	"context"
@@ -13,12 +13,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/region"
 )
 
 // TestRegionTokenEntropy: New refuses a token too short or too predictable, naming why.
 func TestRegionTokenEntropy(t *testing.T) {
 	mem := memory.New()
 	defer mem.Close()
+	r, err := region.New(region.Config{Name: "a"}, mem, mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ token, err string }{
 		{"short", "at least 16"},
 		{"aaaaaaaaaaaaaaaa", "too predictable"},
@@ -26,12 +31,10 @@ func TestRegionTokenEntropy(t *testing.T) {
 		{"0123456789abcdef", ""},
 		{testToken, ""},
 	} {
-		r, err := New(Config{Name: "a", Token: tc.token}, mem, mem, nil)
+		_, err := New(r, Options{Token: tc.token})
 		if tc.err == "" {
 			if err != nil {
 				t.Errorf("%q: %v, want accepted", tc.token, err)
-			} else {
-				r.Close()
 			}
 			continue
 		}
@@ -49,16 +52,19 @@ func TestRegionAuthFailures(t *testing.T) {
 	defer mem.Close()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	reasons := map[string]int{}
-	r, err := New(Config{Name: "a", Token: testToken, Now: func() time.Time { return now },
-		OnAuthFailure: func(reason string) { reasons[reason]++ }}, mem, mem, nil)
+	r, err := region.New(region.Config{Name: "a"}, mem, mem, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	tr, err := New(r, Options{Token: testToken, Now: func() time.Time { return now },
+		OnAuthFailure: func(reason string) { reasons[reason]++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	call := func(addr, token string) codes.Code {
 		ctx := grpcpeer.NewContext(context.Background(), &grpcpeer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP(addr), Port: 4000}})
 		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+token))
-		return status.Code(r.authorize(ctx))
+		return status.Code(tr.authorize(ctx))
 	}
 	for i := range authFailures {
 		if got := call("192.0.2.1", "wrong-token-guess-01234"); got != codes.Unauthenticated {

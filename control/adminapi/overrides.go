@@ -283,15 +283,9 @@ func (s *Server) createOverride(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteOverride(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
+	id, err := s.apiID(r, "override", len(s.files().Overrides))
 	if err != nil {
 		return err
-	}
-	if id < 0 {
-		if fileIndex(id, len(s.files().Overrides)) < 0 {
-			return control.ErrNotFound
-		}
-		return fmt.Errorf("override: %w", errFileResource)
 	}
 	ch, err := change(r, "")
 	if err != nil {
@@ -425,15 +419,9 @@ func (s *Server) createExemption(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteExemption(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
+	id, err := s.apiID(r, "exemption", len(s.files().Exemptions))
 	if err != nil {
 		return err
-	}
-	if id < 0 {
-		if fileIndex(id, len(s.files().Exemptions)) < 0 {
-			return control.ErrNotFound
-		}
-		return fmt.Errorf("exemption: %w", errFileResource)
 	}
 	ch, err := change(r, "")
 	if err != nil {
@@ -444,4 +432,21 @@ func (s *Server) deleteExemption(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.deleted(r.Context(), w, v)
+}
+
+// apiID reads the id of an API-made override or exemption (kind) from the path: a file's
+// entry (a negative id; files of them) cannot be changed through the API (409), and one
+// past the files' is unknown (404).
+func (s *Server) apiID(r *http.Request, kind string, files int) (int64, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return 0, err
+	}
+	if id < 0 {
+		if fileIndex(id, files) < 0 {
+			return 0, control.ErrNotFound
+		}
+		return 0, fmt.Errorf("%s: %w", kind, errFileResource)
+	}
+	return id, nil
 }

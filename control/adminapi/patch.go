@@ -1,8 +1,8 @@
 package adminapi
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/sluicehq/sluice/control"
@@ -134,15 +134,9 @@ func (s *Server) applyOverridePatch(cur control.Override, p overridePatch, nulls
 // If-Match the read and the write are still one step: the write is conditional on the version
 // read, and retried a few times if another writer came between.
 func (s *Server) patchOverride(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
+	id, err := s.apiID(r, "override", len(s.files().Overrides))
 	if err != nil {
 		return err
-	}
-	if id < 0 {
-		if fileIndex(id, len(s.files().Overrides)) < 0 {
-			return control.ErrNotFound
-		}
-		return fmt.Errorf("override: %w", errFileResource)
 	}
 	body, err := s.readBody(w, r, true)
 	if err != nil {
@@ -169,31 +163,14 @@ func (s *Server) patchOverride(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		cur, err := s.store.GetOverride(r.Context(), id)
-		if errors.Is(err, control.ErrNotFound) && ch.IfMatch != "" {
-			return control.ErrPreconditionFailed
-		}
-		if err != nil {
-			return err
-		}
-		o, err := s.applyOverridePatch(cur, p, nulls)
-		if err != nil {
-			return err
-		}
-		cond := ch
-		if cond.IfMatch == "" {
-			cond.IfMatch = cur.ETag()
-		}
-		o, err = s.store.UpdateOverride(r.Context(), cond, o)
-		if errors.Is(err, control.ErrPreconditionFailed) && ch.IfMatch == "" && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		return answer(w, http.StatusOK, etag(o.Version), overrideOut{Override: o, PolicyVersion: s.changed(r.Context(), w, o.Version)})
+	o, err := patchInPlace(r.Context(), ch,
+		func(ctx context.Context) (control.Override, error) { return s.store.GetOverride(ctx, id) },
+		func(cur control.Override) (control.Override, error) { return s.applyOverridePatch(cur, p, nulls) },
+		s.store.UpdateOverride)
+	if err != nil {
+		return err
 	}
+	return answer(w, http.StatusOK, etag(o.Version), overrideOut{Override: o, PolicyVersion: s.changed(r.Context(), w, o.Version)})
 }
 
 // knownMember refuses a member name that is none of names.
@@ -272,15 +249,9 @@ func (s *Server) applyExemptionPatch(cur control.Exemption, p exemptionPatch, nu
 
 // patchExemption applies a merge patch to a stored exemption, as patchOverride does.
 func (s *Server) patchExemption(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
+	id, err := s.apiID(r, "exemption", len(s.files().Exemptions))
 	if err != nil {
 		return err
-	}
-	if id < 0 {
-		if fileIndex(id, len(s.files().Exemptions)) < 0 {
-			return control.ErrNotFound
-		}
-		return fmt.Errorf("exemption: %w", errFileResource)
 	}
 	body, err := s.readBody(w, r, true)
 	if err != nil {
@@ -307,29 +278,43 @@ func (s *Server) patchExemption(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	e, err := patchInPlace(r.Context(), ch,
+		func(ctx context.Context) (control.Exemption, error) { return s.store.GetExemption(ctx, id) },
+		func(cur control.Exemption) (control.Exemption, error) { return s.applyExemptionPatch(cur, p, nulls) },
+		s.store.UpdateExemption)
+	if err != nil {
+		return err
+	}
+	return answer(w, http.StatusOK, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(r.Context(), w, e.Version)})
+}
+
+// patchInPlace reads a resource, patches it and writes it back under the ETag it was read at,
+// in one change. Without the caller's If-Match, a write that a concurrent change beat is
+// tried again from a fresh read (three times at most); with it, the caller's ETag decides, and
+// a resource gone since is a failed precondition, not a 404.
+func patchInPlace[T interface{ ETag() string }](ctx context.Context, ch control.Change,
+	get func(context.Context) (T, error), patch func(T) (T, error),
+	update func(context.Context, control.Change, T) (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
-		cur, err := s.store.GetExemption(r.Context(), id)
+		cur, err := get(ctx)
 		if errors.Is(err, control.ErrNotFound) && ch.IfMatch != "" {
-			return control.ErrPreconditionFailed
+			return cur, control.ErrPreconditionFailed
 		}
 		if err != nil {
-			return err
+			return cur, err
 		}
-		e, err := s.applyExemptionPatch(cur, p, nulls)
+		next, err := patch(cur)
 		if err != nil {
-			return err
+			return next, err
 		}
 		cond := ch
 		if cond.IfMatch == "" {
 			cond.IfMatch = cur.ETag()
 		}
-		e, err = s.store.UpdateExemption(r.Context(), cond, e)
+		next, err = update(ctx, cond, next)
 		if errors.Is(err, control.ErrPreconditionFailed) && ch.IfMatch == "" && attempt < 3 {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		return answer(w, http.StatusOK, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(r.Context(), w, e.Version)})
+		return next, err
 	}
 }

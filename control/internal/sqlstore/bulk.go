@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -383,34 +382,12 @@ func (bt *bulkTx) queryRow(name string, args ...any) row {
 
 // audit is tx.audit through the prepared statement.
 func (bt *bulkTx) audit(kind control.Kind, action control.Action, target string, before, after any, reason string) error {
-	t := bt.tx
-	if t.ch.Reason != "" {
-		reason = t.ch.Reason
-	}
-	if t.ch.Action != "" {
-		action = t.ch.Action
-	}
-	enc := func(v any) (any, error) {
-		if v == nil {
-			return nil, nil
-		}
-		if m, ok := v.(json.RawMessage); ok {
-			return string(m), nil
-		}
-		b, err := json.Marshal(v)
-		return string(b), err
-	}
-	b, err := enc(before)
-	if err != nil {
-		return err
-	}
-	a, err := enc(after)
+	args, err := bt.tx.auditArgs(kind, action, target, before, after, reason)
 	if err != nil {
 		return err
 	}
 	var id int64
-	return bt.queryRow("AuditInsert", t.s.d.Time(t.now), t.ch.Actor,
-		string(action), string(kind), target, b, a, reason, t.version).Scan(&id)
+	return bt.queryRow("AuditInsert", args...).Scan(&id)
 }
 
 func (bt *bulkTx) close() {

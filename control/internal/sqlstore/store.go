@@ -285,6 +285,17 @@ func (s *Store) change(ctx context.Context, ch control.Change, fn func(t *tx) er
 
 // audit writes the event of this change; the change's own Action, when it has one, names it.
 func (t *tx) audit(kind control.Kind, action control.Action, target string, before, after any, reason string) error {
+	args, err := t.auditArgs(kind, action, target, before, after, reason)
+	if err != nil {
+		return err
+	}
+	var id int64
+	return t.tx.QueryRowContext(t.ctx, t.s.q["AuditInsert"], args...).Scan(&id)
+}
+
+// auditArgs are the AuditInsert arguments of an event of this change: its reason and action
+// win over the event's own, and before and after are stored as JSON.
+func (t *tx) auditArgs(kind control.Kind, action control.Action, target string, before, after any, reason string) ([]any, error) {
 	if t.ch.Reason != "" {
 		reason = t.ch.Reason
 	}
@@ -303,15 +314,13 @@ func (t *tx) audit(kind control.Kind, action control.Action, target string, befo
 	}
 	b, err := enc(before)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a, err := enc(after)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var id int64
-	return t.tx.QueryRowContext(t.ctx, t.s.q["AuditInsert"], t.s.d.Time(t.now), t.ch.Actor,
-		string(action), string(kind), target, b, a, reason, t.version).Scan(&id)
+	return []any{t.s.d.Time(t.now), t.ch.Actor, string(action), string(kind), target, b, a, reason, t.version}, nil
 }
 
 // ifMatch applies Change.IfMatch to a resource at version (exists false: there is none).

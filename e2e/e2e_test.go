@@ -1,5 +1,3 @@
-// Package e2e builds the real sluice binary and drives it over loopback: HTTP, gRPC (sluice.v1
-// and Envoy RLS v3), policy reload, and SIGTERM with a restart that keeps quota.
 package e2e
 
 import (

@@ -30,6 +30,11 @@ promtool check rules deploy/prometheus/alerts.yaml
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
+# The control plane's scale tests import 100,000 entries and more: under the race detector
+# that alone runs for many minutes, so they skip there and run here, without it.
+echo "== go test, the control plane at scale"
+go test -count=1 -timeout 20m -run '^TestScale' -v ./control/follower/
+
 # The Helm chart (rendered as `helm template` does with several value sets, linted as
 # `helm lint --strict`, every object validated against the Kubernetes API's types and
 # schemas offline) and the Dockerfile. Its own module, so that the main one does not depend on

@@ -106,6 +106,9 @@ func TestScaleTwoNodesOnePostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports up to 120,000 entries into PostgreSQL")
 	}
+	if raceEnabled {
+		t.Skip("too slow under the race detector; scripts/test.sh runs it without")
+	}
 	for _, n := range []int{1000, 10000, 100000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { scaleTwoNodes(t, n, n/5) })
 	}
@@ -165,6 +168,9 @@ func scaleTwoNodes(t *testing.T, overrides, identities int) {
 func TestScaleSQLite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports 120,000 entries")
+	}
+	if raceEnabled {
+		t.Skip("too slow under the race detector; scripts/test.sh runs it without")
 	}
 	st := openSQLite(t, filepath.Join(t.TempDir(), "control.db"), control.Options{})
 	n := startNode(t, st, "node-a", files(t, basePolicy))

@@ -1,0 +1,5 @@
+//go:build !race
+
+package follower_test
+
+const raceEnabled = false

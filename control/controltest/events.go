@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -143,16 +144,23 @@ func testCountsInBulk(t *testing.T, e *env) {
 		}
 	}
 	usage = append(usage, control.UsageCount{Minute: m0.Add(30 * time.Second), Rule: "r", Tenant: "t0", Denied: 5, Soft: 2})
+	// The same counts again as per-decision rows (rule ""): they take the same path in bulk.
+	for _, u := range slices.Clone(usage) {
+		u.Rule = control.DecisionRule
+		usage = append(usage, u)
+	}
 	if err := e.s.AddCounts(e.ctx, usage, viols); err != nil {
 		t.Fatalf("AddCounts: %v", err)
 	}
-	pts, err := e.s.UsageHistory(e.ctx, control.UsageFilter{Step: time.Hour})
-	if want := []control.UsagePoint{{At: m0, Allowed: n, Denied: 5, Soft: 2}}; err != nil || !reflect.DeepEqual(pts, want) {
-		t.Errorf("UsageHistory = %+v, %v; want %+v", pts, err, want)
-	}
-	pts, err = e.s.UsageHistory(e.ctx, control.UsageFilter{Tenant: "t0", Step: time.Minute})
-	if want := []control.UsagePoint{{At: m0, Allowed: 5, Denied: 5, Soft: 2}, {At: m0.Add(time.Minute), Allowed: 4}, {At: m0.Add(2 * time.Minute), Allowed: 4}}; err != nil || !reflect.DeepEqual(pts, want) {
-		t.Errorf("UsageHistory(t0) = %+v, %v; want %+v", pts, err, want)
+	for _, rule := range []string{"r", control.DecisionRule} {
+		pts, err := e.s.UsageHistory(e.ctx, control.UsageFilter{Rule: rule, Step: time.Hour})
+		if want := []control.UsagePoint{{At: m0, Allowed: n, Denied: 5, Soft: 2}}; err != nil || !reflect.DeepEqual(pts, want) {
+			t.Errorf("UsageHistory(rule %q) = %+v, %v; want %+v", rule, pts, err, want)
+		}
+		pts, err = e.s.UsageHistory(e.ctx, control.UsageFilter{Rule: rule, Tenant: "t0", Step: time.Minute})
+		if want := []control.UsagePoint{{At: m0, Allowed: 5, Denied: 5, Soft: 2}, {At: m0.Add(time.Minute), Allowed: 4}, {At: m0.Add(2 * time.Minute), Allowed: 4}}; err != nil || !reflect.DeepEqual(pts, want) {
+			t.Errorf("UsageHistory(rule %q, t0) = %+v, %v; want %+v", rule, pts, err, want)
+		}
 	}
 	got, err := e.s.Violations(e.ctx, control.ViolationFilter{User: "u7"})
 	if want := []control.ViolationCount{{Minute: m0, Rule: "r", User: "u7", Denied: 1, Soft: 3, Limit: 20}}; err != nil || !reflect.DeepEqual(got, want) {

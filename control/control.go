@@ -361,6 +361,10 @@ func (o Override) ETag() string { return ETag(o.Version) }
 type OverrideFilter struct {
 	Tenant, User, APIKey string
 	Source               Source
+	// AfterID and Limit select a page: the overrides of id > AfterID, at most Limit of them
+	// (0: all), in id order.
+	AfterID int64
+	Limit   int
 }
 
 // Exemption names one caller that is allowed and not counted: exactly one of APIKey, User,

@@ -192,7 +192,8 @@ type Store interface {
 	// truncated to the minute.
 	AddCounts(ctx context.Context, usage []UsageCount, violations []ViolationCount) error
 	// UsageHistory sums the usage counts that match f per step, oldest first; steps without
-	// counts are left out.
+	// counts are left out. Without f.Rule it sums the per-decision counts (DecisionRule), so
+	// a request several rules matched is counted once.
 	UsageHistory(ctx context.Context, f UsageFilter) ([]UsagePoint, error)
 	// Violations returns the violation counts that match f, newest minute first.
 	Violations(ctx context.Context, f ViolationFilter) ([]ViolationCount, error)
@@ -360,6 +361,10 @@ func (o Override) ETag() string { return ETag(o.Version) }
 type OverrideFilter struct {
 	Tenant, User, APIKey string
 	Source               Source
+	// AfterID and Limit select a page: the overrides of id > AfterID, at most Limit of them
+	// (0: all), in id order.
+	AfterID int64
+	Limit   int
 }
 
 // Exemption names one caller that is allowed and not counted: exactly one of APIKey, User,
@@ -572,7 +577,9 @@ type State struct {
 }
 
 // UsageCount is one node's decisions of one minute for one rule and tenant ("" for requests
-// without a tenant).
+// without a tenant): that rule's own result, per request it applied to. Rule DecisionRule ("")
+// is instead the requests themselves, each counted once by its final state (denied if any
+// limit denied it, soft if allowed and any limit was soft, else allowed).
 type UsageCount struct {
 	Minute                time.Time
 	Rule, Tenant          string
@@ -590,7 +597,12 @@ type ViolationCount struct {
 	Limit int64
 }
 
-// UsageFilter selects usage counts; empty strings match everything.
+// DecisionRule is UsageCount.Rule of a per-decision count, and UsageFilter.Rule that reads
+// them: each request once, whatever rules it matched.
+const DecisionRule = ""
+
+// UsageFilter selects usage counts; an empty Tenant matches every tenant. Rule "" reads the
+// per-decision counts (DecisionRule), a rule's name that rule's own counts.
 type UsageFilter struct {
 	Rule, Tenant string
 	// From and To bound the minutes: [From, To).

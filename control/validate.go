@@ -262,10 +262,12 @@ func (n Node) Validate() error {
 	return nil
 }
 
-// Validate checks one usage count.
+// Validate checks one usage count; Rule may be DecisionRule.
 func (u UsageCount) Validate() error {
-	if err := CheckName("rule", u.Rule); err != nil {
-		return err
+	if u.Rule != DecisionRule {
+		if err := CheckName("rule", u.Rule); err != nil {
+			return err
+		}
 	}
 	if err := CheckText("tenant", u.Tenant, 0, MaxValueLen); err != nil {
 		return err

@@ -542,14 +542,23 @@ func TestUsageResetNodesAudit(t *testing.T) {
 	// Usage history and violations read the per-minute aggregates.
 	m := e.clock.Now().Truncate(time.Minute)
 	err := e.store.AddCounts(e.ctx,
-		[]control.UsageCount{{Minute: m, Rule: "per-user", Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1}},
+		[]control.UsageCount{
+			{Minute: m, Rule: "per-user", Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1},
+			{Minute: m, Rule: "per-tenant", Tenant: "acme", Allowed: 8},
+			{Minute: m, Rule: control.DecisionRule, Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1},
+		},
 		[]control.ViolationCount{{Minute: m, Rule: "per-user", Tenant: "acme", User: "alice", Denied: 2, Soft: 1, Limit: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r = e.do(call{method: "GET", path: "/admin/v1/usage/history?tenant=acme&step=1m&to=" + url.QueryEscape(e.in(time.Minute)), role: control.RoleRead}).want(t, 200)
-	if pts := r.json["points"].([]any); len(pts) != 1 || pts[0].(map[string]any)["allowed"] != float64(5) {
+	// Without rule=: the 8 requests, each once; not per-user's and per-tenant's 16 results.
+	if pts := r.json["points"].([]any); len(pts) != 1 || pts[0].(map[string]any)["allowed"] != float64(5) || pts[0].(map[string]any)["denied"] != float64(2) {
 		t.Errorf("history %s", r.raw)
+	}
+	r = e.do(call{method: "GET", path: "/admin/v1/usage/history?rule=per-tenant&step=1m&to=" + url.QueryEscape(e.in(time.Minute)), role: control.RoleRead}).want(t, 200)
+	if pts := r.json["points"].([]any); len(pts) != 1 || pts[0].(map[string]any)["allowed"] != float64(8) {
+		t.Errorf("history of per-tenant %s", r.raw)
 	}
 	e.do(call{method: "GET", path: "/admin/v1/usage/history?step=5m", role: control.RoleRead}).want(t, 400)
 	e.do(call{method: "GET", path: "/admin/v1/usage/history?from=2020-01-01T00:00:00Z", role: control.RoleRead}).want(t, 400)

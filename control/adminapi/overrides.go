@@ -182,7 +182,7 @@ func (s *Server) domainLimitNamed(r *http.Request, name string) (bool, error) {
 }
 
 func (s *Server) listOverrides(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "tenant", "user", "api_key", "source")
+	q, err := query(r, "tenant", "user", "api_key", "source", "limit", "after")
 	if err != nil {
 		return err
 	}
@@ -192,30 +192,50 @@ func (s *Server) listOverrides(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return &policy.FieldError{Field: "source", Msg: fmt.Sprintf("%q is not file, api or automatic", f.Source)}
 	}
+	limit, after, err := pageParams(q, "f", "s")
+	if err != nil {
+		return err
+	}
+	// The policy files' overrides first, by index, then the store's, by id; one more than
+	// the page tells whether a next page exists.
 	var items []any
-	if f.Source == "" || f.Source == "file" {
+	var keys []cursor
+	if (f.Source == "" || f.Source == "file") && after.part != "s" {
 		now := s.now()
-		for i, o := range s.files().Overrides {
+		start := 0
+		if after.part == "f" {
+			start = int(min(after.key, int64(len(s.files().Overrides)))) + 1
+		}
+		files := s.files().Overrides
+		for i := start; i < len(files) && len(items) <= limit; i++ {
+			o := files[i]
 			if !o.ExpiresAt.After(now) || (f.Tenant != "" && o.Tenant != f.Tenant) ||
 				(f.User != "" && o.User != f.User) || (f.APIKey != "" && o.APIKey != f.APIKey) {
 				continue
 			}
 			items = append(items, fileOverride(i, o))
+			keys = append(keys, cursor{"f", int64(i)})
 		}
 	}
-	if f.Source != "file" {
+	if f.Source != "file" && len(items) <= limit {
+		if after.part == "s" {
+			f.AfterID = after.key
+		}
+		f.Limit = limit + 1 - len(items)
 		stored, err := s.store.ListOverrides(r.Context(), f)
 		if err != nil {
 			return err
 		}
 		for _, o := range stored {
 			items = append(items, overrideOut{Override: o})
+			keys = append(keys, cursor{"s", o.ID})
 		}
 	}
-	if items == nil {
-		items = []any{}
+	var next *cursor
+	if len(items) > limit {
+		items, next = items[:limit], &keys[limit-1]
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"overrides": items})
+	return answer(w, http.StatusOK, "", pageAnswer("overrides", items, next))
 }
 
 func (s *Server) getOverride(w http.ResponseWriter, r *http.Request) error {

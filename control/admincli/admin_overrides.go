@@ -41,8 +41,9 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List the active overrides", Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			q := o.queryFromFlags(cmd, nil, "tenant", "user", "api-key", "source")
-			a, err := c.Get(cmd.Context(), adminPath("overrides"), q)
+			q := o.queryFromFlags(cmd, nil, "tenant", "user", "api-key", "source", "after")
+			limit, _ := cmd.Flags().GetInt("limit")
+			a, err := getAll(cmd.Context(), c, adminPath("overrides"), q, "overrides", limit)
 			if err != nil {
 				return err
 			}
@@ -54,6 +55,8 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	lf.String("user", "", "only overrides of this user")
 	lf.String("api-key", "", "only overrides of this API key")
 	lf.String("source", "", "only overrides from file, api or automatic (the abuse detector)")
+	lf.Int("limit", 0, "one page of at most this many (its next, with -o json, is the cursor for --after); 0: every page")
+	lf.String("after", "", "with --limit, the page after this cursor (the previous page's next)")
 
 	create := &cobra.Command{
 		Use:   "create",

@@ -202,7 +202,10 @@ func TestAdminCommands(t *testing.T) {
 	ctx := t.Context()
 	past := e.clock.Now().Add(-time.Minute) // history's default end is now, excluded
 	if err := e.store.AddCounts(ctx,
-		[]control.UsageCount{{Minute: past, Rule: "per-user", Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1}},
+		[]control.UsageCount{
+			{Minute: past, Rule: "per-user", Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1},
+			{Minute: past, Rule: control.DecisionRule, Tenant: "acme", Allowed: 5, Denied: 2, Soft: 1}, // the requests, each once
+		},
 		[]control.ViolationCount{{Minute: past, Rule: "per-user", Tenant: "acme", User: "bob", Endpoint: "/api/items", Denied: 2, Soft: 1, Limit: 3}},
 	); err != nil {
 		t.Fatal(err)

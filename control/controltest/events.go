@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +29,8 @@ func testCountsAddUp(t *testing.T, e *env) {
 		flush(e.s, []control.UsageCount{
 			{Minute: m0.Add(10 * time.Second), Rule: "r", Tenant: "acme", Allowed: 10, Denied: 2, Soft: 1},
 			{Minute: m0.Add(time.Minute), Rule: "r", Tenant: "acme", Allowed: 5},
+			{Minute: m0.Add(10 * time.Second), Rule: control.DecisionRule, Tenant: "acme", Allowed: 8, Denied: 2, Soft: 1},
+			{Minute: m0.Add(time.Minute), Rule: control.DecisionRule, Tenant: "acme", Allowed: 5},
 		}, []control.ViolationCount{
 			{Minute: m0, Rule: "r", Tenant: "acme", User: "john", Denied: 2, Soft: 1, Limit: 100},
 		})
@@ -34,6 +38,10 @@ func testCountsAddUp(t *testing.T, e *env) {
 			{Minute: m0.Add(59 * time.Second), Rule: "r", Tenant: "acme", Allowed: 1, Denied: 1},
 			{Minute: m0, Rule: "r", Tenant: "globex", Allowed: 7},
 			{Minute: m0.Add(61 * time.Minute), Rule: "other", Tenant: "acme", Allowed: 3},
+			{Minute: m0.Add(59 * time.Second), Rule: control.DecisionRule, Tenant: "acme", Allowed: 1},
+			{Minute: m0, Rule: control.DecisionRule, Tenant: "acme", Denied: 1}, // the same row twice: adds up
+			{Minute: m0, Rule: control.DecisionRule, Tenant: "globex", Allowed: 7},
+			{Minute: m0.Add(61 * time.Minute), Rule: control.DecisionRule, Tenant: "acme", Allowed: 3},
 		}, []control.ViolationCount{
 			{Minute: m0, Rule: "r", Tenant: "acme", User: "john", Denied: 1, Limit: 100},
 			{Minute: m0.Add(time.Minute), Rule: "r", Tenant: "acme", APIKey: "k:1a2b", IP: "192.0.2.1", Endpoint: "/api", Soft: 4, Limit: 100},
@@ -48,12 +56,16 @@ func testCountsAddUp(t *testing.T, e *env) {
 			{At: m0, Allowed: 22, Denied: 6, Soft: 2},
 			{At: m0.Add(time.Minute), Allowed: 10},
 		}},
-		{"per hour, every rule and tenant", control.UsageFilter{Step: time.Hour}, []control.UsagePoint{
+		{"per hour, rule r, every tenant", control.UsageFilter{Rule: "r", Step: time.Hour}, []control.UsagePoint{
 			{At: m0, Allowed: 46, Denied: 6, Soft: 2},
+		}},
+		// Without a rule: the per-decision rows only, never the rules' rows added up.
+		{"per hour, decisions, every tenant", control.UsageFilter{Step: time.Hour}, []control.UsagePoint{
+			{At: m0, Allowed: 42, Denied: 6, Soft: 2},
 			{At: m0.Add(time.Hour), Allowed: 6},
 		}},
-		{"per day", control.UsageFilter{Tenant: "acme", Step: 24 * time.Hour}, []control.UsagePoint{
-			{At: time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC), Allowed: 38, Denied: 6, Soft: 2},
+		{"per day, decisions", control.UsageFilter{Tenant: "acme", Step: 24 * time.Hour}, []control.UsagePoint{
+			{At: time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC), Allowed: 34, Denied: 6, Soft: 2},
 		}},
 		{"from and to", control.UsageFilter{From: m0.Add(time.Minute), To: m0.Add(time.Hour), Step: time.Minute}, []control.UsagePoint{
 			{At: m0.Add(time.Minute), Allowed: 10},
@@ -97,14 +109,17 @@ func testCountsAddUp(t *testing.T, e *env) {
 	}
 
 	n, err := e.s.PruneCounts(e.ctx, m0.Add(time.Minute))
-	if err != nil || n != 3 { // acme and globex of minute 0, john's violation
-		t.Errorf("PruneCounts = %d, %v; want 3", n, err)
+	if err != nil || n != 5 { // acme and globex of minute 0 (a rule's and the decisions'), john's violation
+		t.Errorf("PruneCounts = %d, %v; want 5", n, err)
 	}
 	if got, _ := e.s.UsageHistory(e.ctx, control.UsageFilter{Step: time.Hour}); len(got) != 2 || got[0].Allowed != 10 {
 		t.Errorf("usage after pruning = %+v", got)
 	}
-	if err := e.s.AddCounts(e.ctx, []control.UsageCount{{Minute: m0, Rule: "", Allowed: 1}}, nil); !errors.Is(err, control.ErrInvalid) {
-		t.Errorf("a count without rule: %v", err)
+	if err := e.s.AddCounts(e.ctx, []control.UsageCount{{Minute: m0, Rule: strings.Repeat("r", control.MaxNameLen+1), Allowed: 1}}, nil); !errors.Is(err, control.ErrInvalid) {
+		t.Errorf("a count of a rule name too long: %v", err)
+	}
+	if err := e.s.AddCounts(e.ctx, []control.UsageCount{{Minute: m0, Rule: control.DecisionRule, Soft: -1}}, nil); !errors.Is(err, control.ErrInvalid) {
+		t.Errorf("a negative decision count: %v", err)
 	}
 	if err := e.s.AddCounts(e.ctx, nil, []control.ViolationCount{{Minute: m0, Rule: "r", Denied: -1}}); !errors.Is(err, control.ErrInvalid) {
 		t.Errorf("a negative count: %v", err)
@@ -129,16 +144,23 @@ func testCountsInBulk(t *testing.T, e *env) {
 		}
 	}
 	usage = append(usage, control.UsageCount{Minute: m0.Add(30 * time.Second), Rule: "r", Tenant: "t0", Denied: 5, Soft: 2})
+	// The same counts again as per-decision rows (rule ""): they take the same path in bulk.
+	for _, u := range slices.Clone(usage) {
+		u.Rule = control.DecisionRule
+		usage = append(usage, u)
+	}
 	if err := e.s.AddCounts(e.ctx, usage, viols); err != nil {
 		t.Fatalf("AddCounts: %v", err)
 	}
-	pts, err := e.s.UsageHistory(e.ctx, control.UsageFilter{Step: time.Hour})
-	if want := []control.UsagePoint{{At: m0, Allowed: n, Denied: 5, Soft: 2}}; err != nil || !reflect.DeepEqual(pts, want) {
-		t.Errorf("UsageHistory = %+v, %v; want %+v", pts, err, want)
-	}
-	pts, err = e.s.UsageHistory(e.ctx, control.UsageFilter{Tenant: "t0", Step: time.Minute})
-	if want := []control.UsagePoint{{At: m0, Allowed: 5, Denied: 5, Soft: 2}, {At: m0.Add(time.Minute), Allowed: 4}, {At: m0.Add(2 * time.Minute), Allowed: 4}}; err != nil || !reflect.DeepEqual(pts, want) {
-		t.Errorf("UsageHistory(t0) = %+v, %v; want %+v", pts, err, want)
+	for _, rule := range []string{"r", control.DecisionRule} {
+		pts, err := e.s.UsageHistory(e.ctx, control.UsageFilter{Rule: rule, Step: time.Hour})
+		if want := []control.UsagePoint{{At: m0, Allowed: n, Denied: 5, Soft: 2}}; err != nil || !reflect.DeepEqual(pts, want) {
+			t.Errorf("UsageHistory(rule %q) = %+v, %v; want %+v", rule, pts, err, want)
+		}
+		pts, err = e.s.UsageHistory(e.ctx, control.UsageFilter{Rule: rule, Tenant: "t0", Step: time.Minute})
+		if want := []control.UsagePoint{{At: m0, Allowed: 5, Denied: 5, Soft: 2}, {At: m0.Add(time.Minute), Allowed: 4}, {At: m0.Add(2 * time.Minute), Allowed: 4}}; err != nil || !reflect.DeepEqual(pts, want) {
+			t.Errorf("UsageHistory(rule %q, t0) = %+v, %v; want %+v", rule, pts, err, want)
+		}
 	}
 	got, err := e.s.Violations(e.ctx, control.ViolationFilter{User: "u7"})
 	if want := []control.ViolationCount{{Minute: m0, Rule: "r", User: "u7", Denied: 1, Soft: 3, Limit: 20}}; err != nil || !reflect.DeepEqual(got, want) {

@@ -344,6 +344,10 @@ func testOverrides(t *testing.T, e *env) {
 		{"api key", control.OverrideFilter{APIKey: "k1"}, []int64{o.ID}},
 		{"source", control.OverrideFilter{Source: control.SourceAutomatic}, []int64{b.ID}},
 		{"nothing", control.OverrideFilter{Tenant: "nobody"}, nil},
+		{"first page", control.OverrideFilter{Limit: 2}, []int64{o.ID, b.ID}},
+		{"next page", control.OverrideFilter{AfterID: b.ID, Limit: 2}, []int64{c.ID}},
+		{"page past the end", control.OverrideFilter{AfterID: c.ID, Limit: 2}, nil},
+		{"page and filter", control.OverrideFilter{Tenant: "acme", AfterID: o.ID, Limit: 1}, []int64{c.ID}},
 	} {
 		got, err := e.s.ListOverrides(e.ctx, tc.f)
 		if err != nil || !slices.Equal(ids(got), tc.want) {

@@ -15,6 +15,9 @@
 //     number of decisions the rule took part in, and one limit that denies makes the other
 //     limits of that request count as what they alone decided, though all-or-nothing
 //     consumed nothing from them.
+//   - Besides, each request counts once under DecisionRule (rule "", what
+//     GET /admin/v1/usage/history reads without rule=), by its final state over all its
+//     limits: denied if any denied it, soft if allowed and any was soft, else allowed.
 //   - Not counted: exempt requests (allowed and not counted, as exemptions are defined),
 //     requests no limit applies to, shadow limits (they decide nothing; sluice_checks_total
 //     with mode="shadow" shows what they would have done), idempotent replays (the first
@@ -79,6 +82,10 @@ type Writer interface {
 
 // ErrRefused, wrapped by a Writer's error, says that the counts will never be taken.
 var ErrRefused = errors.New("counts refused")
+
+// DecisionRule is UsageCount.Rule of a per-decision count: each request once, by its final
+// state, whatever rules it matched (control.DecisionRule).
+const DecisionRule = ""
 
 // UsageCount is one node's decisions of one minute for one rule and tenant ("" for requests
 // without a tenant).
@@ -188,8 +195,17 @@ type result struct {
 type event struct {
 	tenant, user, apiKey, ip, endpoint string
 	n                                  uint8
-	results                            [MaxResults]result
+	// last marks a request's last event (its only one up to MaxResults limits), which
+	// carries final, the request's own state over all its limits: it is counted once
+	// under DecisionRule ("") by add.
+	last    bool
+	final   outcome
+	results [MaxResults]result
 }
+
+// worse returns the request's state after one more limit's outcome o: denied if any limit
+// denied it, soft if allowed and any was soft, else allowed.
+func worse(final, o outcome) outcome { return max(final, o) }
 
 // Recorder counts decisions and writes them to the control store. Its methods are safe for
 // concurrent use; a nil *Recorder records nothing, so servers call it unconditionally.
@@ -218,7 +234,7 @@ type Stats struct {
 	// Dropped counts events the full queue refused (sluice_events_dropped_total).
 	Dropped int64
 	// Lost counts what was gathered but never written, one per limit outcome in the usage
-	// counts and one more in the violations: past MaxRows while the store did not take them,
+	// counts, one more in the violations and one per request in the per-decision counts: past MaxRows while the store did not take them,
 	// refused by it as invalid, or still unwritten at Close (sluice_events_lost_total).
 	Lost int64
 	// Writes and WriteErrors count writes to the control store (sluice_events_writes_total);
@@ -289,6 +305,7 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 	var e event
 	e.tenant, e.user = d.Caller()
 	e.apiKey, e.ip, e.endpoint = req.APIKey, req.IP, req.Endpoint
+	final := allowed
 	for i := range d.Results {
 		res := &d.Results[i]
 		if res.Shadow {
@@ -305,6 +322,7 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 		case res.State == sluice.StateSoft:
 			o = soft
 		}
+		final = worse(final, o)
 		p := &e.results[e.n]
 		// Quota, not Limit: the violations log has always shown the rule's limit per period,
 		// and a bucket's answer now shows its burst as the limit (issue 30).
@@ -312,6 +330,7 @@ func (r *Recorder) Check(req *sluice.Request, d *sluice.Decision) {
 		e.n++
 	}
 	if e.n > 0 {
+		e.last, e.final = true, final
 		r.send(&e)
 	}
 }
@@ -327,6 +346,7 @@ func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.Descript
 	var e event
 	caller := d.Caller()
 	e.tenant, e.user, e.apiKey, e.ip, e.endpoint = caller.Tenant, caller.User, caller.APIKey, caller.IP, caller.Endpoint
+	final := allowed
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if !st.HasLimit || st.Limit == nil || st.Limit.Shadow || i >= len(req.Descriptors) {
@@ -344,10 +364,12 @@ func (r *Recorder) Descriptors(req *sluice.DescriptorRequest, d *sluice.Descript
 		if !st.OK {
 			o = denied
 		}
+		final = worse(final, o)
 		e.results[e.n] = result{rule: st.Name, envoy: st.Limit, limit: int64(st.RequestsPerUnit), outcome: o}
 		e.n++
 	}
 	if e.n > 0 {
+		e.last, e.final = true, final
 		r.send(&e)
 	}
 }

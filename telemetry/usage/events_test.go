@@ -168,14 +168,20 @@ func TestCountsAddUpAcrossNodes(t *testing.T) {
 					{At: m0, Allowed: 16},
 					{At: m0.Add(24 * time.Hour), Allowed: 1},
 				}},
-				{"every rule per hour", control.UsageFilter{Step: time.Hour}, []control.UsagePoint{
-					{At: m0, Allowed: 20, Soft: 6, Denied: 6},
-					{At: m0.Add(time.Hour), Allowed: 10, Soft: 3, Denied: 3},
-					{At: m0.Add(24 * time.Hour), Allowed: 2},
+				// Without a rule: each request once, by its final state (per-user's, since
+				// per-tenant allows all), not the two rules' counts added up (issue 29).
+				{"decisions per hour", control.UsageFilter{Step: time.Hour}, []control.UsagePoint{
+					{At: m0, Allowed: 4, Soft: 6, Denied: 6},
+					{At: m0.Add(time.Hour), Allowed: 2, Soft: 3, Denied: 3},
+					{At: m0.Add(24 * time.Hour), Allowed: 1},
 				}},
-				{"every rule per day", control.UsageFilter{Step: 24 * time.Hour}, []control.UsagePoint{
-					{At: day, Allowed: 30, Soft: 9, Denied: 9},
-					{At: day.Add(24 * time.Hour), Allowed: 2},
+				{"decisions per day", control.UsageFilter{Step: 24 * time.Hour}, []control.UsagePoint{
+					{At: day, Allowed: 6, Soft: 9, Denied: 9},
+					{At: day.Add(24 * time.Hour), Allowed: 1},
+				}},
+				{"decisions of acme per hour", control.UsageFilter{Tenant: "acme", Step: time.Hour}, []control.UsagePoint{
+					{At: m0, Allowed: 4, Soft: 6, Denied: 6},
+					{At: m0.Add(24 * time.Hour), Allowed: 1},
 				}},
 				{"the shadow rule is not counted", control.UsageFilter{Rule: "shadow-all", Step: time.Minute}, nil},
 			} {
@@ -325,6 +331,8 @@ descriptors:
 		{"per-ip", []control.UsagePoint{{At: m0, Allowed: 2, Denied: 1}}},
 		{"edge/path=%2Flogin", []control.UsagePoint{{At: m0, Allowed: 1, Denied: 1}}},
 		{"edge/probe", nil},
+		// Decisions, each request once: looks and the shadow limit are not decisions.
+		{control.DecisionRule, []control.UsagePoint{{At: m0, Allowed: 3, Denied: 2}}},
 	} {
 		got, err := st.UsageHistory(t.Context(), control.UsageFilter{Rule: tc.rule, Step: time.Minute})
 		if err != nil {
@@ -382,6 +390,8 @@ descriptors:
 		"per-ip": {{At: m0, Allowed: 1, Denied: 1}},
 		"a":      {{At: m0, Allowed: 2, Denied: 2}},
 		"e":      {{At: m0, Allowed: 1, Denied: 1}},
+		// Two requests of seven limits (two events each): two decisions, not fourteen.
+		control.DecisionRule: {{At: m0, Allowed: 1, Denied: 1}},
 	} {
 		got, err := st.UsageHistory(t.Context(), control.UsageFilter{Rule: rule, Step: time.Minute})
 		if err != nil {
@@ -449,18 +459,19 @@ rules:
 func TestMaxRows(t *testing.T) {
 	st, _ := backends[0].open(t, control.Options{})
 	m0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now, MaxRows: 3})
+	rec := newRecorder(t, usage.Options{Writer: node.UsageWriter(st), Now: newClock(m0).Now, MaxRows: 5})
 	l := testutil.Limiter(t, `
 rules:
   - {name: r, key: [user], algorithm: fixed_window, limit: 1, period: 1h}
 `, testutil.NewClock())
-	// u1: a usage row, a violation row (3 checks: 1 allowed, 2 denied); t2: a usage row (the
-	// 3rd row) and no room for its violation; t3: no room at all.
+	// u1: a decision row, a usage row, a violation row (3 checks: 1 allowed, 2 denied); t2: a
+	// decision row and a usage row (the 5th row) and no room for its violation; t3: no room
+	// at all (its 2 decisions, its usage 2, its violation 1).
 	check(t, l, rec, sluice.Request{Tenant: "t1", User: "u1"}, 3)
 	check(t, l, rec, sluice.Request{Tenant: "t2", User: "u2"}, 2)
 	check(t, l, rec, sluice.Request{Tenant: "t3", User: "u3"}, 2)
 	flush(t, rec)
-	if got, want := rec.Stats().Lost, int64(1+1+2); got != want {
+	if got, want := rec.Stats().Lost, int64(1+2+2+1); got != want {
 		t.Errorf("Lost = %d, want %d", got, want)
 	}
 	pts, err := st.UsageHistory(t.Context(), control.UsageFilter{Step: time.Minute})
@@ -469,6 +480,13 @@ rules:
 	}
 	if want := []control.UsagePoint{{At: m0, Allowed: 2, Denied: 3}}; !reflect.DeepEqual(pts, want) {
 		t.Errorf("UsageHistory = %+v, want %+v", pts, want)
+	}
+	pts, err = st.UsageHistory(t.Context(), control.UsageFilter{Rule: "r", Step: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []control.UsagePoint{{At: m0, Allowed: 2, Denied: 3}}; !reflect.DeepEqual(pts, want) {
+		t.Errorf("UsageHistory(rule r) = %+v, want %+v", pts, want)
 	}
 }
 

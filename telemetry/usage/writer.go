@@ -110,6 +110,9 @@ func (r *Recorder) add(c *counts, e *event) {
 	now := r.o.Now()
 	minute := now.Unix() / 60
 	var apiKey string // hashed once per event, and only for a violation
+	if e.last {
+		r.addDecision(c, minute, e.tenant, e.final)
+	}
 	for i := range e.results[:e.n] {
 		res := &e.results[i]
 		rule := res.rule
@@ -178,6 +181,32 @@ func (r *Recorder) add(c *counts, e *event) {
 			v.denied++
 		}
 		v.limit = max(res.limit, 0)
+	}
+}
+
+// addDecision counts one request once under the usage row of DecisionRule (rule ""), by its
+// final state: denied if any limit denied it, soft if allowed and any limit was soft, else
+// allowed. GET /admin/v1/usage/history without rule= reads these rows.
+func (r *Recorder) addDecision(c *counts, minute int64, tenant string, final outcome) {
+	uk := usageKey{minute, DecisionRule, storable(tenant, MaxValueLen)}
+	u := c.usage[uk]
+	if u == nil {
+		if c.rows() >= r.o.MaxRows {
+			r.lost.Add(1)
+			return
+		}
+		uk.tenant = strings.Clone(uk.tenant)
+		u = &usageVal{}
+		c.usage[uk] = u
+	}
+	c.total++
+	switch final {
+	case allowed:
+		u.allowed++
+	case soft:
+		u.soft++
+	case denied:
+		u.denied++
 	}
 }
 
@@ -320,7 +349,7 @@ func tenantThrottle(c *counts, top int) map[string]float64 {
 	type sums struct{ throttled, total int64 }
 	by := map[string]*sums{}
 	for k, v := range c.usage {
-		if k.tenant == "" {
+		if k.tenant == "" || k.rule == DecisionRule { // the per-decision rows are not a rule's
 			continue
 		}
 		s := by[k.tenant]

@@ -205,7 +205,7 @@ func (s *Store) importOverrides(bt *bulkTx, b *control.Bundle, res *control.Impo
 	}
 	// Every override, expired ones too: a target's expired override is collected here, as
 	// CreateOverride collects it, or it would block its successor.
-	active, err := list(t.ctx, t.tx, s.q["OverrideListActive"], scanOverride, s.d.Time(time.Unix(0, 0)), "", "", "", "")
+	active, err := list(t.ctx, t.tx, s.q["OverrideListActive"], scanOverride, s.d.Time(time.Unix(0, 0)), "", "", "", "", int64(0), pageLimit(0))
 	if err != nil {
 		return err
 	}

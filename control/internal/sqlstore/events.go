@@ -50,6 +50,7 @@ func (s *Store) AddCounts(ctx context.Context, usage []control.UsageCount, viola
 	}
 	usageRows := make([][]any, 0, len(usage))
 	usageAt := map[usageKey]int{}
+	var decisionRows [][]any // the DecisionRule rows, to decision_minutes
 	for _, u := range usage {
 		if err := u.Validate(); err != nil {
 			return fmt.Errorf("add counts: %w", err)
@@ -61,7 +62,16 @@ func (s *Store) AddCounts(ctx context.Context, usage []control.UsageCount, viola
 		k := usageKey{m, u.Rule, u.Tenant}
 		if i, ok := usageAt[k]; ok {
 			r := usageRows[i]
-			r[3], r[4], r[5] = r[3].(int64)+u.Allowed, r[4].(int64)+u.Denied, r[5].(int64)+u.Soft
+			if u.Rule == control.DecisionRule {
+				r = decisionRows[i]
+			}
+			n := len(r)
+			r[n-3], r[n-2], r[n-1] = r[n-3].(int64)+u.Allowed, r[n-2].(int64)+u.Denied, r[n-1].(int64)+u.Soft
+			continue
+		}
+		if u.Rule == control.DecisionRule {
+			usageAt[k] = len(decisionRows)
+			decisionRows = append(decisionRows, []any{s.d.Time(m), u.Tenant, u.Allowed, u.Denied, u.Soft})
 			continue
 		}
 		usageAt[k] = len(usageRows)
@@ -87,7 +97,7 @@ func (s *Store) AddCounts(ctx context.Context, usage []control.UsageCount, viola
 		violationRows = append(violationRows, []any{s.d.Time(m), v.Rule, k.key, v.Tenant, v.User, v.APIKey, v.IP, v.Endpoint,
 			v.Denied, v.Soft, v.Limit})
 	}
-	if len(usageRows) == 0 && len(violationRows) == 0 {
+	if len(usageRows) == 0 && len(violationRows) == 0 && len(decisionRows) == 0 {
 		return nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -100,6 +110,9 @@ func (s *Store) AddCounts(ctx context.Context, usage []control.UsageCount, viola
 	}
 	if err := addChunks(ctx, tx, s.q["ViolationAdd"], violationRows); err != nil {
 		return fmt.Errorf("add violation counts: %w", s.mapErr(err))
+	}
+	if err := addChunks(ctx, tx, s.q["DecisionAdd"], decisionRows); err != nil {
+		return fmt.Errorf("add decision counts: %w", s.mapErr(err))
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("add counts: commit: %w", err)
@@ -132,11 +145,18 @@ func (s *Store) UsageHistory(ctx context.Context, f control.UsageFilter) ([]cont
 	if to.IsZero() {
 		to = maxTime
 	}
-	out, err := list(ctx, s.db, s.q["UsageHistory"], func(r *sql.Rows) (control.UsagePoint, error) {
+	scan := func(r *sql.Rows) (control.UsagePoint, error) {
 		var p control.UsagePoint
 		err := r.Scan(ts{&p.At}, &p.Allowed, &p.Denied, &p.Soft)
 		return p, err
-	}, f.Rule, f.Tenant, s.d.Time(from), s.d.Time(clampTime(to)), f.Step.Microseconds())
+	}
+	var out []control.UsagePoint
+	var err error
+	if f.Rule == control.DecisionRule {
+		out, err = list(ctx, s.db, s.q["DecisionHistory"], scan, f.Tenant, s.d.Time(from), s.d.Time(clampTime(to)), f.Step.Microseconds())
+	} else {
+		out, err = list(ctx, s.db, s.q["UsageHistory"], scan, f.Rule, f.Tenant, s.d.Time(from), s.d.Time(clampTime(to)), f.Step.Microseconds())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("usage history: %w", err)
 	}
@@ -175,7 +195,7 @@ func (s *Store) PruneCounts(ctx context.Context, before time.Time) (int64, error
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var n int64
-	for _, q := range []string{"UsagePrune", "ViolationPrune"} {
+	for _, q := range []string{"UsagePrune", "ViolationPrune", "DecisionPrune"} {
 		res, err := tx.ExecContext(ctx, s.q[q], s.d.Time(clampTime(before)))
 		if err != nil {
 			return 0, fmt.Errorf("prune counts: %w", err)

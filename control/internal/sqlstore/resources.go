@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -146,7 +147,7 @@ func targetKey(o control.Override) string {
 // ListOverrides implements control.Store.
 func (s *Store) ListOverrides(ctx context.Context, f control.OverrideFilter) ([]control.Override, error) {
 	out, err := list(ctx, s.db, s.q["OverrideListActive"], scanOverride,
-		s.d.Time(s.clock()), f.Tenant, f.User, f.APIKey, string(f.Source))
+		s.d.Time(s.clock()), f.Tenant, f.User, f.APIKey, string(f.Source), f.AfterID, pageLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list overrides: %w", err)
 	}
@@ -447,4 +448,13 @@ func (s *Store) DeleteIdentity(ctx context.Context, ch control.Change, kind cont
 		return 0, fmt.Errorf("delete identity %s: %w", identityTarget(kind, strconv.Quote(value)), err)
 	}
 	return v, nil
+}
+
+// pageLimit is the LIMIT of a list query: n, or every row when n <= 0 (both databases take
+// the largest int64 as no limit).
+func pageLimit(n int) int64 {
+	if n <= 0 {
+		return math.MaxInt64
+	}
+	return int64(n)
 }

@@ -371,7 +371,7 @@ func (s *Store) Load(ctx context.Context) (*control.State, error) {
 	if st.Rules, err = list(ctx, tx, s.q["RuleList"], scanRule); err != nil {
 		return nil, fmt.Errorf("load: rules: %w", err)
 	}
-	if st.Overrides, err = list(ctx, tx, s.q["OverrideListActive"], scanOverride, now, "", "", "", ""); err != nil {
+	if st.Overrides, err = list(ctx, tx, s.q["OverrideListActive"], scanOverride, now, "", "", "", "", int64(0), pageLimit(0)); err != nil {
 		return nil, fmt.Errorf("load: overrides: %w", err)
 	}
 	if st.Exemptions, err = list(ctx, tx, s.q["ExemptionListActive"], scanExemption, now); err != nil {

@@ -1,12 +1,14 @@
 -- name: OverrideListActive
--- $1 is now; empty filters match everything.
+-- $1 is now; empty filters match everything; a page: ids after $6, at most $7.
 SELECT id, tenant, user_name, api_key, endpoint, rule_name, type, value, limit_value, burst,
        expires_at, reason, source, created_by, created_at, version
 FROM overrides
 WHERE expires_at > $1
   AND ($2 = '' OR tenant = $2) AND ($3 = '' OR user_name = $3)
   AND ($4 = '' OR api_key = $4) AND ($5 = '' OR source = $5)
-ORDER BY id;
+  AND id > $6
+ORDER BY id
+LIMIT $7;
 
 -- name: OverrideListExpired
 SELECT id, tenant, user_name, api_key, endpoint, rule_name, type, value, limit_value, burst,

@@ -396,6 +396,24 @@ func TestDashboard(t *testing.T) {
 		return strings.Contains(txt, `tenant=evil\u{202e}txt.exe`) && strings.Contains(txt, `looks \u{2067}fine\u{2069}`) &&
 			!strings.ContainsAny(txt, "\u202e\u2067\u2069")
 	})
+	// The API answers lists in pages of 1,000; the page follows next and shows every override.
+	var bulk strings.Builder
+	bulk.WriteString(`{"overrides":[`)
+	for i := range 1000 {
+		if i > 0 {
+			bulk.WriteByte(',')
+		}
+		fmt.Fprintf(&bulk, `{"tenant":"bulk-%04d","type":"multiplier","value":2,"ttl":"1h","reason":"paging"}`, i)
+	}
+	bulk.WriteString(`]}`)
+	if code, body := s.admin("POST", "/admin/v1/import?apply=true", bulk.String()); code != 200 {
+		t.Fatalf("import of 1,000 overrides: %d %v", code, body)
+	}
+	b.goTo("audit")
+	b.goTo("overrides")
+	b.waitText("the overrides past the first page are listed", "#overrides tbody", 30*time.Second, func(txt string) bool {
+		return strings.Contains(txt, "tenant=bulk-0999") && strings.Contains(txt, "tenant=bulk-0000")
+	})
 
 	b.goTo("nodes")
 	b.waitText("the node is listed", "#nodes tbody", 10*time.Second, func(txt string) bool { return strings.Contains(txt, s.http) && strings.Contains(txt, "memory up") })

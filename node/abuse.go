@@ -126,3 +126,13 @@ func (s overrideCounter) CreateOverride(ctx context.Context, ch control.Change, 
 	}
 	return o, err
 }
+
+// Import passes a bulk import to the store (control.Importer): the wrapper must not hide it.
+// Imported overrides are the operator's bundle, not new penalties: they are not counted.
+func (s overrideCounter) Import(ctx context.Context, ch control.Change, b *control.Bundle, apply bool) (control.ImportResult, error) {
+	im, ok := s.Store.(control.Importer)
+	if !ok {
+		return control.ImportResult{}, fmt.Errorf("control store %T cannot import", s.Store)
+	}
+	return im.Import(ctx, ch, b, apply)
+}

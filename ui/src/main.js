@@ -49,6 +49,19 @@ async function api(method, path, body, contentType) {
   return data;
 }
 
+// apiList GETs every page of a paged list (the answer's `next` cursor, ?after=), joined under
+// key: the page shows all of it, as before lists were paged.
+async function apiList(path, key) {
+  const first = await api("GET", path);
+  let page = first;
+  while (page && page.next) {
+    page = await api("GET", path + (path.includes("?") ? "&" : "?") + "after=" + encodeURIComponent(page.next));
+    first[key] = first[key].concat((page && page[key]) || []);
+  }
+  delete first.next;
+  return first;
+}
+
 function qs(params) {
   const p = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== "" && v !== undefined && v !== null) p.set(k, v);
@@ -288,7 +301,7 @@ function Violations() {
 const target = (o) => ["tenant", "user", "api_key", "endpoint", "ip", "rule"].filter((k) => o[k]).map((k) => `${k}=${shown(o[k])}`).join(" ");
 
 function Overrides() {
-  const [{ data, error }, reload] = usePoll(() => api("GET", "overrides"), 5000, []);
+  const [{ data, error }, reload] = usePoll(() => apiList("overrides", "overrides"), 5000, []);
   const [ex, reloadEx] = usePoll(() => api("GET", "exemptions"), 5000, []);
   const [actError, setActError] = useState(null);
   const [done, setDone] = useState("");

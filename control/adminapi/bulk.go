@@ -87,6 +87,7 @@ func marshalAll[T any](in []T, doc func(*T) any) ([]json.RawMessage, error) {
 // export answers GET /admin/v1/export: every resource created through the API (not the
 // files' nor the abuse detector's), each as the body that creates it.
 func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
+	longCall(w)
 	if _, err := query(r); err != nil {
 		return err
 	}
@@ -165,6 +166,7 @@ func entryError(list string, i int, err error) error {
 // entry as the API checks each resource; with ?apply=true it is loaded in one transaction
 // (one event per resource in the audit log), else the answer is what would change.
 func (s *Server) importBundle(w http.ResponseWriter, r *http.Request) error {
+	longCall(w)
 	q, err := query(r, "apply")
 	if err != nil {
 		return err
@@ -352,4 +354,17 @@ func (s *Server) importExemption(raw []byte) (control.Exemption, error) {
 		return e, &policy.FieldError{Field: strings.TrimPrefix(fe.Field, "exemptions[0]."), Msg: fe.Msg}
 	}
 	return e, err
+}
+
+// bulkCallTimeout bounds an import or export: 100,000 entries take about a minute on a
+// loaded machine, far past the listener's 10-s read and write timeouts, which would cut the
+// connection under a call still working (the client saw EOF, the change went in).
+const bulkCallTimeout = 10 * time.Minute
+
+// longCall gives the call bulkCallTimeout to read its body and write its answer.
+func longCall(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(bulkCallTimeout)
+	_ = rc.SetReadDeadline(deadline) // a writer that cannot (a test recorder) keeps its own
+	_ = rc.SetWriteDeadline(deadline)
 }

@@ -23,7 +23,7 @@ import (
 const (
 	callMargin = 250 * time.Millisecond // over the deadline, for any one call
 	openWithin = 2 * time.Second        // from the pause to the breaker open (it lasts 3 s)
-	backWithin = 10 * time.Second       // from SIGCONT to a decision from the store again
+	backWithin = 30 * time.Second       // from SIGCONT to a decision from the store again
 	pauseFor   = 3 * time.Second
 	callers    = 20
 )

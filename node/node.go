@@ -266,7 +266,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return nil
 	})
 	log.Info("policy files loaded", "source", orBuiltIn(n.src.name), "policy", Describe(snap), "store", storeName, "control", ctrlName)
-	sink, err := startStatsD(c, reg, lim, log)
+	sink, err := startStatsD(c, reg, m, lim, log)
 	if err != nil {
 		return n, err
 	}

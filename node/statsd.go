@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/telemetry/metrics"
 	"github.com/sluicehq/sluice/telemetry/statsd"
 )
 
@@ -25,7 +26,7 @@ func (s *statsdFlags) register(f *pflag.FlagSet) {
 // startStatsD starts the StatsD sink when --statsd is set; nil when it is not. Plain StatsD
 // (labels in the name) is the default for an address taken from Envoy's reference service's
 // variables, whose StatsD server expects it.
-func startStatsD(c Config, reg *prometheus.Registry, lim *sluice.Limiter, log *slog.Logger) (*statsd.Sink, error) {
+func startStatsD(c Config, reg *prometheus.Registry, m *metrics.Metrics, lim *sluice.Limiter, log *slog.Logger) (*statsd.Sink, error) {
 	if c.statsd.addr == "" {
 		return nil, nil
 	}
@@ -41,7 +42,8 @@ func startStatsD(c Config, reg *prometheus.Registry, lim *sluice.Limiter, log *s
 	default:
 		return nil, fmt.Errorf("--statsd-tags: %q is not dogstatsd or name", c.statsd.tags)
 	}
-	sink, err := statsd.New(c.statsd.addr, reg, statsd.Options{Prefix: c.statsd.prefix, Tags: tags, EnvoyPolicy: lim.Policy, Registerer: reg, Log: log})
+	m.EnableEnvoyValueStats()
+	sink, err := statsd.New(c.statsd.addr, reg, statsd.Options{Prefix: c.statsd.prefix, Tags: tags, EnvoyPolicy: lim.Policy, EnvoyValues: m.DrainEnvoyValueStats, Registerer: reg, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("--statsd: %w", err)
 	}

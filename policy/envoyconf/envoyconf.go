@@ -83,6 +83,10 @@ type Limit struct {
 	// the ancestor matched there has share_threshold: true, "" elsewhere; nil when no level
 	// shares. A limit is reachable only through its ancestors, so this is known at load time.
 	shared []string
+	// trail is the nodes from the root to the limit's, kept only when the limit's stats are
+	// named per request value (detailed_metric, or value_to_metric at some level): see
+	// AppendStatKey.
+	trail []*node
 }
 
 // Label names the limit where it has no name of its own, as metrics and usage records do:
@@ -132,6 +136,7 @@ type node struct {
 	line       int
 	glob       []string // value split on '*'; nil when the value has no wildcard
 	share      bool
+	toMetric   bool           // value_to_metric: the request's value names this level in stats
 	mode       StoreErrorMode // on_store_error in force at this node
 	limit      *Limit
 	children   *level // nil when the node has no nested descriptors

@@ -304,10 +304,9 @@ func parseFile(name string, data []byte) (f *fileConfig, errs []error) {
 	return f, nil
 }
 
-// descriptors loads a list of descriptors into lv. idPrefix, shared and mode describe the
-// ancestors: the ID so far, the share_threshold patterns of the levels above, and the
-// on_store_error in force.
-func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []string, mode StoreErrorMode, lv *level) {
+// descriptors loads a list of descriptors into lv. idPrefix, trail and mode describe the
+// ancestors: the ID so far, the nodes of the levels above, and the on_store_error in force.
+func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, trail []*node, mode StoreErrorMode, lv *level) {
 	list = p.resolve(list)
 	if isNull(list) {
 		return
@@ -329,15 +328,15 @@ func (p *parser) descriptors(list *yaml.Node, path, idPrefix string, shared []st
 			p.errorf(item.Line, ipath, "must be a mapping with key, value, rate_limit, descriptors, ..., got %s", kindName(item))
 			continue
 		}
-		p.descriptor(item, ipath, idPrefix, shared, mode, lv)
+		p.descriptor(item, ipath, idPrefix, trail, mode, lv)
 	}
 }
 
-func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string, mode StoreErrorMode, lv *level) {
+func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, trail []*node, mode StoreErrorMode, lv *level) {
 	n := &node{file: p.file, line: m.Line}
 	var rl, children, metadata *yaml.Node
 	var keyLine, shareLine, rlLine int
-	var shadow, quota, detailed, toMetric bool
+	var shadow, quota, detailed bool
 	p.fields(m, path, descriptorFields, func(field string, k, v *yaml.Node) {
 		fpath := join(path, field)
 		switch field {
@@ -357,7 +356,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 		case "detailed_metric":
 			detailed = p.boolean(v, fpath)
 		case "value_to_metric":
-			toMetric = p.boolean(v, fpath)
+			n.toMetric = p.boolean(v, fpath)
 		case "share_threshold":
 			n.share = p.boolean(v, fpath)
 			shareLine = k.Line
@@ -389,11 +388,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 	if idPrefix != "" {
 		id = idPrefix + "/" + id
 	}
-	pattern := ""
-	if n.share {
-		pattern = n.value
-	}
-	shared = append(shared[:len(shared):len(shared)], pattern)
+	trail = append(trail[:len(trail):len(trail)], n)
 
 	if prev := lv.add(n); prev != nil {
 		p.errorf(m.Line, path, "duplicate %s (first at line %d)", describe(n), prev.line)
@@ -407,12 +402,10 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 		n.limit = p.rateLimit(rl, join(path, "rate_limit"), rlLine)
 		if n.limit != nil {
 			l := n.limit
-			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, toMetric, md
+			l.ID, l.Shadow, l.QuotaMode, l.DetailedMetric, l.ValueToMetric, l.Metadata = id, shadow, quota, detailed, n.toMetric, md
 			l.label, l.StatKey = l.Domain+"/"+id, StatKey(l.Domain, id)
 			l.OnStoreError = mode
-			if slices.ContainsFunc(shared, func(s string) bool { return s != "" }) {
-				l.shared = shared
-			}
+			l.setTrail(trail)
 			p.limits = append(p.limits, l)
 		}
 	} else if metadata != nil {
@@ -421,7 +414,7 @@ func (p *parser) descriptor(m *yaml.Node, path, idPrefix string, shared []string
 
 	if children != nil {
 		var kids level
-		p.descriptors(children, join(path, "descriptors"), id, shared, mode, &kids)
+		p.descriptors(children, join(path, "descriptors"), id, trail, mode, &kids)
 		if len(kids.nodes) > 0 {
 			n.children = &kids
 		}

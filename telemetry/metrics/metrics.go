@@ -15,25 +15,28 @@ import (
 
 // Metrics holds the collectors. Create it with New.
 type Metrics struct {
-	checks       *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	storeErrors  *prometheus.CounterVec
-	reloads      *prometheus.CounterVec
-	policyInfo   *prometheus.GaugeVec
-	rejected     *prometheus.CounterVec
-	breaker      *prometheus.GaugeVec
-	anonymous    *prometheus.CounterVec
-	controlUp    prometheus.Gauge
-	leases       *prometheus.CounterVec
-	leaseUnits   *prometheus.CounterVec
-	lastVersion  atomic.Pointer[string]
-	counters     atomic.Pointer[map[checkKey]prometheus.Counter]
-	envoyStats   *prometheus.CounterVec
-	envoyByRule  atomic.Pointer[map[string]*envoyCounters]
-	durations    atomic.Pointer[map[string]prometheus.Observer]
-	mu           sync.Mutex // serialises copy-on-write of the caches
-	storeErrName string
-	reg          prometheus.Registerer
+	checks      *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
+	policyInfo  *prometheus.GaugeVec
+	rejected    *prometheus.CounterVec
+	breaker     *prometheus.GaugeVec
+	anonymous   *prometheus.CounterVec
+	controlUp   prometheus.Gauge
+	leases      *prometheus.CounterVec
+	leaseUnits  *prometheus.CounterVec
+	lastVersion atomic.Pointer[string]
+	counters    atomic.Pointer[map[checkKey]prometheus.Counter]
+	envoyStats  *prometheus.CounterVec
+	envoyByRule atomic.Pointer[map[string]*envoyCounters]
+	envoyValues envoyValueStats
+	// envoyOverflow counts the hits of per-value stats keys past MaxEnvoyValueKeys.
+	envoyOverflow prometheus.Counter
+	durations     atomic.Pointer[map[string]prometheus.Observer]
+	mu            sync.Mutex // serialises copy-on-write of the caches
+	storeErrName  string
+	reg           prometheus.Registerer
 }
 
 // checkKey is one label set of sluice_checks_total.
@@ -96,7 +99,11 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 		Name: "sluice_envoy_stats_total",
 		Help: "Hits of RLS requests under each Envoy-format limit (rule), counted as Envoy's reference service counts its stats (stat: total_hits, within_limit, near_limit, over_limit, shadow_mode).",
 	}, []string{"rule", "stat"})
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats, m.leases, m.leaseUnits)
+	m.envoyOverflow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_envoy_value_stats_overflow_total",
+		Help: "Hits of detailed_metric and value_to_metric limits counted under the limit's own stats key because more distinct per-value keys than the bound were seen between two StatsD sends.",
+	})
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats, m.envoyOverflow, m.leases, m.leaseUnits)
 	byRule := map[string]*envoyCounters{}
 	m.envoyByRule.Store(&byRule)
 	empty := map[checkKey]prometheus.Counter{}
@@ -135,7 +142,9 @@ func (m *Metrics) ObserveCheck(api string, d *sluice.Decision, elapsed time.Dura
 
 // ObserveDescriptors records an Envoy RLS decision: one count per descriptor that had a limit,
 // labelled with the limit's name (or its id when unnamed).
-func (m *Metrics) ObserveDescriptors(api string, d *sluice.DescriptorDecision, elapsed time.Duration) {
+// A limit whose stats are named per request value (envoyconf.Limit.PerValueStats) is also
+// counted under the request's name for the StatsD sink (DrainEnvoyValueStats).
+func (m *Metrics) ObserveDescriptors(api string, req *sluice.DescriptorRequest, d *sluice.DescriptorDecision, elapsed time.Duration) {
 	if m == nil {
 		return
 	}
@@ -161,7 +170,11 @@ func (m *Metrics) ObserveDescriptors(api string, d *sluice.DescriptorDecision, e
 		}
 		m.counter(checkKey{api, rule, result, state, stMode}).Inc()
 		if st.Limit != nil && st.Hits > 0 {
-			m.envoyCounters(rule).add(st, d.OK && st.OK && !st.Shadow)
+			h := envoyHits(st, d.OK && st.OK && !st.Shadow)
+			m.envoyCounters(rule).add(h)
+			if st.Limit.PerValueStats() && i < len(req.Descriptors) {
+				m.countPerValue(st.Limit, req.Descriptors[i].Entries, h)
+			}
 		}
 	}
 	m.observer(api).Observe(elapsed.Seconds())

@@ -85,8 +85,9 @@ func TestObserveDescriptorsAllocatesNothing(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "memory")
 	d := &sluice.DescriptorDecision{OK: true, Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim, RequestsPerUnit: 10, Remaining: 9, Hits: 1}}}
-	m.ObserveDescriptors("rls", d, time.Millisecond) // creates the counter
-	if n := testing.AllocsPerRun(100, func() { m.ObserveDescriptors("rls", d, time.Millisecond) }); n != 0 {
+	req := userRequest("u1")
+	m.ObserveDescriptors("rls", req, d, time.Millisecond) // creates the counter
+	if n := testing.AllocsPerRun(100, func() { m.ObserveDescriptors("rls", req, d, time.Millisecond) }); n != 0 {
 		t.Fatalf("%v allocations per decision, want 0", n)
 	}
 	mfs, err := reg.Gather()
@@ -125,10 +126,85 @@ func BenchmarkObserveDescriptors(b *testing.B) {
 		b.Run(fmt.Sprintf("hits=%d", hits), func(b *testing.B) {
 			m := metrics.New(prometheus.NewRegistry(), "memory")
 			d := &sluice.DescriptorDecision{OK: true, Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: lim, RequestsPerUnit: 10, Remaining: 1, Hits: hits}}}
+			req := userRequest("u1")
 			b.ReportAllocs()
 			for b.Loop() {
-				m.ObserveDescriptors("rls", d, time.Millisecond)
+				m.ObserveDescriptors("rls", req, d, time.Millisecond)
 			}
 		})
+	}
+}
+
+// userRequest is an RLS request of domain bench with one descriptor, user=value.
+func userRequest(value string) *sluice.DescriptorRequest {
+	return &sluice.DescriptorRequest{Domain: "bench", Descriptors: []sluice.Descriptor{{Entries: []envoyconf.Entry{{Key: "user", Value: value}}}}}
+}
+
+// TestEnvoyValueStats: a detailed_metric limit's hits are counted per request value under
+// the reference service's names, as its own stats (near and over included); a key seen before
+// costs no allocation; past MaxEnvoyValueKeys the hits go to the limit's own key and the
+// overflow counter; a drain forgets what it handed over; a limit without per-value names
+// never enters the table.
+func TestEnvoyValueStats(t *testing.T) {
+	cfg, err := envoyconf.Load(map[string][]byte{"rls.yaml": []byte("domain: bench\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, tenant := cfg.Limits("bench")[0], cfg.Limits("bench")[1]
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "memory")
+	m.EnableEnvoyValueStats()
+	observe := func(l *envoyconf.Limit, key, value string, remaining uint32, ok bool) {
+		req := &sluice.DescriptorRequest{Domain: "bench", Descriptors: []sluice.Descriptor{{Entries: []envoyconf.Entry{{Key: key, Value: value}}}}}
+		d := &sluice.DescriptorDecision{OK: ok, Statuses: []sluice.DescriptorStatus{{OK: ok, HasLimit: true, Limit: l, RequestsPerUnit: 10, Remaining: remaining, Hits: 1}}}
+		m.ObserveDescriptors("rls", req, d, time.Millisecond)
+	}
+	observe(user, "user", "alice", 9, true)  // 1 of 10: within
+	observe(user, "user", "alice", 1, true)  // 9 of 10: within and near
+	observe(user, "user", "bob", 0, false)   // denied at 10 of 10: over
+	observe(tenant, "tenant", "t1", 9, true) // no per-value name
+	req := &sluice.DescriptorRequest{Domain: "bench", Descriptors: []sluice.Descriptor{{Entries: []envoyconf.Entry{{Key: "user", Value: "alice"}}}}}
+	d := &sluice.DescriptorDecision{OK: true, Statuses: []sluice.DescriptorStatus{{OK: true, HasLimit: true, Limit: user, RequestsPerUnit: 10, Remaining: 5, Hits: 1}}}
+	if n := testing.AllocsPerRun(50, func() { m.ObserveDescriptors("rls", req, d, time.Millisecond) }); n != 0 {
+		t.Errorf("%v allocations per decision under a known per-value key, want 0", n)
+	}
+	drain := func() map[string]metrics.EnvoyHits {
+		got := map[string]metrics.EnvoyHits{}
+		m.DrainEnvoyValueStats(func(k string, h metrics.EnvoyHits) { got[k] = h })
+		return got
+	}
+	got := drain()
+	want := map[string]metrics.EnvoyHits{
+		"bench.user_alice": {Total: 53, Within: 53, Near: 1},
+		"bench.user_bob":   {Total: 1, Over: 1},
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("per-value stats %v, want %v", got, want)
+	}
+	off := metrics.New(prometheus.NewRegistry(), "memory")
+	off.ObserveDescriptors("rls", req, d, time.Millisecond)
+	off.DrainEnvoyValueStats(func(k string, _ metrics.EnvoyHits) { t.Errorf("without a reader, %s was kept", k) })
+	if again := drain(); len(again) != 0 {
+		t.Fatalf("a second drain handed over %v, want nothing", again)
+	}
+	for i := range metrics.MaxEnvoyValueKeys + 5 {
+		observe(user, "user", fmt.Sprintf("u%d", i), 9, true)
+	}
+	got = drain()
+	if len(got) != metrics.MaxEnvoyValueKeys+1 || got["bench.user"].Total != 5 {
+		t.Fatalf("past the bound: %d keys, bench.user %+v; want %d keys and 5 hits under bench.user", len(got), got["bench.user"], metrics.MaxEnvoyValueKeys+1)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	overflow := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_envoy_value_stats_overflow_total" {
+			overflow = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if overflow != 5 {
+		t.Fatalf("sluice_envoy_value_stats_overflow_total = %v, want 5", overflow)
 	}
 }

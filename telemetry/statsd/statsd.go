@@ -36,8 +36,11 @@
 // gives them, so that dashboards and alerts made for it keep working:
 // ratelimit.service.rate_limit.DOMAIN.KEY.{total_hits, within_limit, near_limit, over_limit,
 // shadow_mode}, KEY being the descriptor path as the reference writes it (key_value.key2).
-// over_limit_with_local_cache (no such cache) and detailed_metric's per-value names (one name
-// per request value, unbounded in Prometheus) have no counterpart.
+// A limit named per request value (detailed_metric, value_to_metric) is sent under each
+// request's name instead, from Options.EnvoyValues, as the reference sends it: those names are
+// unbounded, so Prometheus has them only summed per limit and the metrics keep at most
+// metrics.MaxEnvoyValueKeys between two sends. over_limit_with_local_cache (no such cache) has
+// no counterpart.
 //
 // # Transport
 //
@@ -69,6 +72,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/policy"
+	"github.com/sluicehq/sluice/telemetry/metrics"
 )
 
 // MaxPacket is the largest datagram a Sink sends.
@@ -99,6 +103,11 @@ type Options struct {
 	// EnvoyPolicy, when set, returns the policy in force (pass Limiter.Policy): its Envoy
 	// limits name the reference service's per-limit counters, sent beside Sluice's own.
 	EnvoyPolicy func() *policy.Snapshot
+	// EnvoyValues, when set with EnvoyPolicy, hands over the hits of the limits whose stats
+	// the reference names per request value (detailed_metric, value_to_metric) under those
+	// names (pass Metrics.DrainEnvoyValueStats); such limits are then sent under them only,
+	// as the reference sends them.
+	EnvoyValues func(func(key string, h metrics.EnvoyHits))
 	// Registerer, when set, gets the sink's own counters: sluice_statsd_packets_total and
 	// sluice_statsd_errors_total{reason} (send, dial, gather, oversize, nonfinite).
 	Registerer prometheus.Registerer
@@ -249,6 +258,18 @@ func (s *Sink) Flush() error {
 	}
 	for _, mf := range mfs {
 		note(s.family(mf))
+	}
+	if s.o.EnvoyValues != nil && s.envoy.keys != nil {
+		s.o.EnvoyValues(func(key string, h metrics.EnvoyHits) {
+			for _, st := range [...]struct {
+				name string
+				n    uint64
+			}{{"total_hits", h.Total}, {"within_limit", h.Within}, {"near_limit", h.Near}, {"over_limit", h.Over}, {"shadow_mode", h.Shadow}} {
+				if st.n > 0 {
+					note(s.envoyLine(key, st.name, float64(st.n)))
+				}
+			}
+		})
 	}
 	note(s.send())
 	for k := range s.last {
@@ -513,6 +534,9 @@ func formatFloat(f float64) string {
 type envoyKeys struct {
 	version string
 	keys    map[string]string
+	// perValue holds the rule labels of the limits named per request value: their counts
+	// come from Options.EnvoyValues.
+	perValue map[string]bool
 }
 
 func (e *envoyKeys) refresh(snap *policy.Snapshot) {
@@ -523,7 +547,7 @@ func (e *envoyKeys) refresh(snap *policy.Snapshot) {
 	if snap.Version == e.version && e.keys != nil {
 		return
 	}
-	e.version, e.keys = snap.Version, map[string]string{}
+	e.version, e.keys, e.perValue = snap.Version, map[string]string{}, map[string]bool{}
 	cfg := snap.Envoy()
 	if cfg == nil {
 		return
@@ -535,6 +559,12 @@ func (e *envoyKeys) refresh(snap *policy.Snapshot) {
 			e.keys[domain+"/"+l.ID] = k
 			if _, taken := e.keys[l.Name]; l.Name != "" && !taken {
 				e.keys[l.Name] = k
+			}
+			if l.PerValueStats() {
+				e.perValue[domain+"/"+l.ID] = true
+				if l.Name != "" {
+					e.perValue[l.Name] = true
+				}
 			}
 		}
 	}
@@ -556,9 +586,14 @@ func (s *Sink) envoyCounts(labels []*dto.LabelPair, delta float64) error {
 		}
 	}
 	key, ok := s.envoy.keys[rule]
-	if !ok || stat == "" {
+	if !ok || stat == "" || (s.o.EnvoyValues != nil && s.envoy.perValue[rule]) {
 		return nil
 	}
+	return s.envoyLine(key, stat, delta)
+}
+
+// envoyLine sends delta as the reference service's counter KEY.STAT.
+func (s *Sink) envoyLine(key, stat string, delta float64) error {
 	b := s.line[:0]
 	if s.o.Prefix != "" {
 		b = append(b, s.o.Prefix...)

@@ -426,6 +426,14 @@ descriptors:
         value: daily
         shadow_mode: true
         rate_limit: {unit: day, requests_per_unit: 1}
+  - key: api_key
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {name: by-route, unit: minute, requests_per_unit: 10}
 `)}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +448,9 @@ descriptors:
 	}
 	t.Cleanup(func() { lim.Close() })
 	reg := prometheus.NewRegistry()
-	srv := rls.New(lim, metrics.New(reg, "memory"), rls.Options{})
+	m := metrics.New(reg, "memory")
+	m.EnableEnvoyValueStats()
+	srv := rls.New(lim, m, rls.Options{})
 	askHits := func(hits uint32, kv ...string) {
 		d := &commonv3.RateLimitDescriptor{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -462,9 +472,13 @@ descriptors:
 	for range 4 {
 		askHits(3, "bulk", "b1")
 	}
+	ask("api_key", "k1")
+	ask("api_key", "k1")
+	ask("api_key", "k2|x") // a value StatsD cannot carry in a name
+	ask("route", "r1", "method", "GET")
 
 	l := listen(t)
-	s := newSink(t, l.addr(), reg, statsd.Options{EnvoyPolicy: lim.Policy})
+	s := newSink(t, l.addr(), reg, statsd.Options{EnvoyPolicy: lim.Policy, EnvoyValues: m.DrainEnvoyValueStats})
 	var got []string
 	for _, line := range flush(t, s, l, reg) {
 		if strings.HasPrefix(line, "ratelimit.") {
@@ -491,6 +505,13 @@ descriptors:
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.shadow_mode:1|c",
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.total_hits:2|c",
 		"ratelimit.service.rate_limit.edge.tenant.quota_daily.within_limit:1|c",
+		// detailed_metric and value_to_metric: per request value, never under the plain key.
+		"ratelimit.service.rate_limit.edge.api_key_k1.total_hits:2|c",
+		"ratelimit.service.rate_limit.edge.api_key_k1.within_limit:2|c",
+		"ratelimit.service.rate_limit.edge.api_key_k2_x.total_hits:1|c",
+		"ratelimit.service.rate_limit.edge.api_key_k2_x.within_limit:1|c",
+		"ratelimit.service.rate_limit.edge.route_r1.method.total_hits:1|c",
+		"ratelimit.service.rate_limit.edge.route_r1.method.within_limit:1|c",
 	}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {

@@ -147,7 +147,7 @@ func (s *Server) decide(ctx context.Context, in *rlsv3.RateLimitRequest, sp *tra
 		}
 		resp.DynamicMetadata = md
 	}
-	s.m.ObserveDescriptors(api, &c.dec, time.Since(start))
+	s.m.ObserveDescriptors(api, &c.req, &c.dec, time.Since(start))
 	s.o.Events.Descriptors(&c.req, &c.dec)
 	return resp, nil
 }

@@ -20,9 +20,11 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
@@ -110,6 +112,9 @@ type Options struct {
 	// WaitTimeout bounds how long a change with ?wait=fleet (or the Sluice-Wait header) waits
 	// for every live node to report it before answering 504 (DefaultWaitTimeout).
 	WaitTimeout time.Duration
+	// MaxFleetWaiters bounds the changes that wait for the fleet at once
+	// (DefaultMaxFleetWaiters); one more is refused with 503 before it changes anything.
+	MaxFleetWaiters int64
 	// MaxBodyBytes caps request bodies (DefaultMaxBody).
 	MaxBodyBytes int64
 	// AuthFailures bounds the failed authentications of one client IP (DefaultAuthFailures).
@@ -134,6 +139,11 @@ type Server struct {
 	authFails *authFailures
 	// used records when tokens were last used, off the request path.
 	used *tokenUse
+	// heartbeats shares one read of the nodes' heartbeats among the changes waiting for the
+	// fleet; waiting counts them (see MaxFleetWaiters).
+	heartbeats singleflight.Group
+	waiting    atomic.Int64
+	lastBeats  atomic.Pointer[heartbeatRead]
 }
 
 // New returns the admin API over o.Control.
@@ -152,6 +162,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.PolicyVersion == nil {
 		o.PolicyVersion = func(v int64) string { return strconv.FormatInt(v, 10) }
+	}
+	if o.MaxFleetWaiters <= 0 {
+		o.MaxFleetWaiters = DefaultMaxFleetWaiters
 	}
 	if o.NodeWindow <= 0 {
 		o.NodeWindow = DefaultNodeWindow
@@ -271,7 +284,13 @@ func (s *Server) endpoint(rt route) http.Handler {
 				return
 			}
 			if fleet {
+				if s.waiting.Add(1) > s.opts.MaxFleetWaiters {
+					s.waiting.Add(-1)
+					s.fail(w, r, errTooManyWaiting)
+					return
+				}
 				s.serveWaiting(w, r, rt.h)
+				s.waiting.Add(-1)
 				return
 			}
 		}
@@ -467,6 +486,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, notFoundMessage(r), "")
 	case errors.Is(err, control.ErrConflict):
 		writeError(w, http.StatusConflict, conflictMessage(r), "")
+	case errors.Is(err, errTooManyWaiting):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("wait: %d changes already wait for the fleet on this node; nothing was changed, retry shortly or without wait=fleet", s.opts.MaxFleetWaiters), "wait")
 	case errors.Is(err, errNoLimiter):
 		writeError(w, http.StatusServiceUnavailable, err.Error(), "")
 	case errors.Is(err, policy.ErrInvalid):

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -22,6 +24,21 @@ const DefaultWaitTimeout = 5 * time.Second
 // waitPoll is how often a waiting change reads the heartbeats; a node heartbeats at once after
 // each swap, so the wait ends within a poll of the last node's swap.
 const waitPoll = 20 * time.Millisecond
+
+// DefaultMaxFleetWaiters bounds the changes that wait for the fleet at once on one node; one
+// more is refused (503, nothing changed) rather than held. The waiting ones share each read of
+// the heartbeats, so the control store sees about one read per poll however many wait.
+const DefaultMaxFleetWaiters = 256
+
+// errTooManyWaiting refuses a change that would wait beside Options.MaxFleetWaiters others.
+var errTooManyWaiting = errors.New("too many changes wait for the fleet")
+
+// heartbeatRead is one read of the heartbeats, kept for the waiters that poll within waitPoll
+// of it.
+type heartbeatRead struct {
+	at    time.Time
+	nodes []control.Node
+}
 
 // waitKey carries a request's *waitState in its context.
 type waitKey struct{}
@@ -155,7 +172,7 @@ func (s *Server) waitFleet(ctx context.Context, v int64) error {
 	var lagging []laggingNode
 	var cause error
 	for {
-		nodes, err := s.store.Nodes(ctx, s.now().Add(-s.opts.NodeWindow))
+		nodes, err := s.sharedHeartbeats(ctx, start)
 		if err == nil {
 			lagging = lagging[:0]
 			for _, n := range nodes {
@@ -178,6 +195,44 @@ func (s *Server) waitFleet(ctx context.Context, v int64) error {
 			}
 			return &fleetTimeout{policyVersion: s.opts.PolicyVersion(v), waited: time.Since(start).Round(time.Millisecond), lagging: lagging, cause: cause}
 		case <-tick.C:
+		}
+	}
+}
+
+// sharedHeartbeats reads the live nodes' heartbeats once for the changes waiting within one
+// poll: a read less than waitPoll old that began after since (the caller's change was stored
+// by then) is answered again, and reads asked for at once are made once. An older read could
+// miss a node that came up after it, and end a wait early. The read is not tied to one
+// waiter's context, so a waiter that gives up does not fail the others; it is bounded by its
+// own deadline instead.
+func (s *Server) sharedHeartbeats(ctx context.Context, since time.Time) ([]control.Node, error) {
+	if last := s.lastBeats.Load(); last != nil && last.at.After(since) && time.Since(last.at) < waitPoll {
+		return last.nodes, nil
+	}
+	for {
+		ch := s.heartbeats.DoChan("nodes", func() (any, error) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.WaitTimeout)
+			defer cancel()
+			read := &heartbeatRead{at: time.Now()}
+			var err error
+			read.nodes, err = s.store.Nodes(rctx, s.now().Add(-s.opts.NodeWindow))
+			if err != nil {
+				return nil, err
+			}
+			s.lastBeats.Store(read)
+			return read, nil
+		})
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the fleet: %w", ctx.Err())
+		case res := <-ch:
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			// A read that was under way before the change: join the next one.
+			if read := res.Val.(*heartbeatRead); read.at.After(since) {
+				return read.nodes, nil
+			}
 		}
 	}
 }

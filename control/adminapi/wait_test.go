@@ -1,8 +1,11 @@
 package adminapi_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,4 +101,73 @@ func TestWaitForFleet(t *testing.T) {
 			}
 		}
 	})
+}
+
+// countingNodes counts the heartbeat reads of the real store it wraps.
+type countingNodes struct {
+	control.Store
+	reads atomic.Int64
+}
+
+func (c *countingNodes) Nodes(ctx context.Context, since time.Time) ([]control.Node, error) {
+	c.reads.Add(1)
+	return c.Store.Nodes(ctx, since)
+}
+
+// Changes waiting for the fleet at once share the heartbeat reads (about one per poll,
+// however many wait), and one more waiter than the bound is refused before it changes
+// anything.
+func TestWaitersShareAndAreBounded(t *testing.T) {
+	const waiters = 6
+	var counting *countingNodes
+	e := newEnv(t, func(o *adminapi.Options) {
+		o.WaitTimeout = time.Second
+		o.MaxFleetWaiters = waiters
+		counting = &countingNodes{Store: o.Control}
+		o.Control = counting
+	})
+	if err := e.store.Heartbeat(e.ctx, control.Node{ID: "stale", Addr: "stale:8080", PolicyVersion: e.version()}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.version()
+	start := time.Now()
+	var wg sync.WaitGroup
+	codes := make(chan int, waiters)
+	for i := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.doPlain(call{method: "POST", path: "/admin/v1/overrides?wait=fleet", role: control.RoleWrite,
+				body: fmt.Sprintf(`{"tenant":"w%d","type":"ban","ttl":"1h","reason":"r"}`, i)})
+			codes <- r.status
+		}()
+	}
+	// Every waiter has made its change (the version moved by one each) before one more comes.
+	for deadline := time.Now().Add(30 * time.Second); e.version() < v+waiters; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiters' changes were not all made: version %d, want %d", e.version(), v+waiters)
+		}
+	}
+	r := e.doPlain(call{method: "POST", path: "/admin/v1/overrides?wait=fleet", role: control.RoleWrite,
+		body: `{"tenant":"one-more","type":"ban","ttl":"1h","reason":"r"}`})
+	if r.status != http.StatusServiceUnavailable || r.str("field") != "wait" || r.header.Get("Retry-After") == "" || e.version() != v+waiters {
+		t.Errorf("one waiter too many: %d %s (version %d, want %d unchanged), want 503 naming wait", r.status, r.raw, e.version(), v+waiters)
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusGatewayTimeout {
+			t.Errorf("a waiter answered %d, want 504 (the stale node never reports)", c)
+		}
+	}
+	// Unshared, each waiter would read once per poll: waiters times this bound.
+	polls := time.Since(start)/(20*time.Millisecond) + 1
+	if reads := counting.reads.Load(); reads > int64(polls)+waiters {
+		t.Errorf("%d heartbeat reads in %d polls' time by %d waiters, want about one per poll", reads, polls, waiters)
+	}
+	// The bound is per waiting change, not per change: with the waiters gone, one waits again.
+	if got := e.doPlain(call{method: "POST", path: "/admin/v1/overrides?wait=fleet", role: control.RoleWrite,
+		body: `{"tenant":"after","type":"ban","ttl":"1h","reason":"r"}`}).status; got != http.StatusGatewayTimeout {
+		t.Errorf("after the waiters: %d, want 504", got)
+	}
 }

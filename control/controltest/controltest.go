@@ -114,6 +114,7 @@ func Run(t *testing.T, h Harness) {
 		{"WindowTotals", testWindowTotals},
 		{"Changes", testChanges},
 		{"Import", testImport},
+		{"Paging", testPaging},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -208,3 +208,28 @@ func TestListsPaged(t *testing.T) {
 
 // cursorOf encodes a raw cursor as the server does.
 func cursorOf(raw string) string { return base64.RawURLEncoding.EncodeToString([]byte(raw)) }
+
+// TestCursorsRefused: a cursor that this server could not have given for the list is a 400
+// naming after, whatever part of it is wrong.
+func TestCursorsRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ path, raw string }{
+		{"/admin/v1/identities", "i:robot:x"}, // no such kind
+		{"/admin/v1/identities", "i:user"},    // no value
+		{"/admin/v1/identities", "s:1"},       // another list's
+		{"/admin/v1/domains", "n:"},           // no name
+		{"/admin/v1/domains", "f:1"},          // the files' domains go by name
+		{"/admin/v1/rules", "fn:x"},           // the files' rules go by index
+		{"/admin/v1/rules", "f:-1"},
+		{"/admin/v1/tokens", "n"},
+		{"/admin/v1/exemptions", "s:x"},
+		{"/admin/v1/exemptions", "i:user:x"},
+	} {
+		r := e.do(call{method: "GET", path: tc.path + "?after=" + cursorOf(tc.raw), role: control.RoleAdmin}).want(t, 400)
+		if got := r.str("field"); got != "after" {
+			t.Errorf("%s after %q: 400 field %q, want after: %s", tc.path, tc.raw, got, r.raw)
+		}
+	}
+	// A name cursor may hold any name, colons included.
+	e.do(call{method: "GET", path: "/admin/v1/identities?after=" + cursorOf("i:api_key:a:b"), role: control.RoleAdmin}).want(t, 200)
+}

@@ -1,6 +1,9 @@
 package control
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Page selects one page of a list, in the list's order: the items after the cursor, at most
 // Limit of them (0: all). The zero Page is the whole list. Lists by id read AfterID (0: from
@@ -28,4 +31,26 @@ type Pager interface {
 	PageTokens(ctx context.Context, p Page) ([]Token, error)
 	// PageDomains returns a page of the Envoy-format domains created through the API, by name.
 	PageDomains(ctx context.Context, p Page) ([]Domain, error)
+	ViolationPager
+}
+
+// ViolationKey is where a page of violation counts starts: after the count of this minute,
+// rule and identity key, in the list's order (newest minute first, then rule and identity).
+type ViolationKey struct {
+	Minute   time.Time
+	Rule     string
+	Identity string
+}
+
+// PagedViolation is a violation count with its key, the cursor of the page after it.
+type PagedViolation struct {
+	ViolationCount
+	Key ViolationKey
+}
+
+// ViolationPager lists violation counts a page at a time.
+type ViolationPager interface {
+	// PageViolations returns the counts f selects after the key (nil: from the newest), newest
+	// minute first, at most limit (f.Limit is not read; limit <= 0: DefaultAuditLimit).
+	PageViolations(ctx context.Context, f ViolationFilter, after *ViolationKey, limit int) ([]PagedViolation, error)
 }

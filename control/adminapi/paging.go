@@ -2,11 +2,13 @@ package adminapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/policy"
@@ -30,11 +32,12 @@ const (
 	partID       = "s"  // the control store's items, by id
 	partName     = "n"  // the control store's items, by name
 	partIdentity = "i"  // identity assignments, by kind then value
+	partMinute   = "v"  // violation counts, newest minute first, then rule and identity key
 )
 
 // namedPart reports whether part's key is a name (else an integer).
 func namedPart(part string) bool {
-	return part == partFileName || part == partName || part == partIdentity
+	return part == partFileName || part == partName || part == partIdentity || part == partMinute
 }
 
 // cursor is where a page starts: after the item of key (an index or id) or name (a name; for
@@ -58,6 +61,26 @@ func (c cursor) String() string {
 func (c cursor) identity() (control.IdentityKind, string) {
 	kind, value, _ := strings.Cut(c.name, ":")
 	return control.IdentityKind(kind), value
+}
+
+// violationCursor is the cursor after a violation count: its minute (in microseconds),
+// rule and identity key, as a JSON array.
+func violationCursor(k control.ViolationKey) cursor {
+	b, _ := json.Marshal([]any{k.Minute.UnixMicro(), k.Rule, k.Identity}) // a number and strings
+	return cursor{part: partMinute, name: string(b)}
+}
+
+// violation reads a violation cursor's key.
+func (c cursor) violation() (control.ViolationKey, bool) {
+	var v []json.RawMessage
+	var k control.ViolationKey
+	var micros int64
+	if json.Unmarshal([]byte(c.name), &v) != nil || len(v) != 3 || json.Unmarshal(v[0], &micros) != nil ||
+		json.Unmarshal(v[1], &k.Rule) != nil || json.Unmarshal(v[2], &k.Identity) != nil {
+		return k, false
+	}
+	k.Minute = time.UnixMicro(micros).UTC()
+	return k, true
 }
 
 // pageParams reads ?limit= (1 to MaxPageLimit, DefaultPageLimit when absent) and ?after= (a
@@ -95,6 +118,10 @@ func pageParams(q url.Values, parts ...string) (int, cursor, error) {
 	switch {
 	case part == partIdentity:
 		if kind, _, ok := strings.Cut(key, ":"); !ok || !validKind(control.IdentityKind(kind)) {
+			return 0, cursor{}, bad
+		}
+	case part == partMinute:
+		if _, ok := c.violation(); !ok {
 			return 0, cursor{}, bad
 		}
 	case namedPart(part):

@@ -233,3 +233,43 @@ func TestCursorsRefused(t *testing.T) {
 	// A name cursor may hold any name, colons included.
 	e.do(call{method: "GET", path: "/admin/v1/identities?after=" + cursorOf("i:api_key:a:b"), role: control.RoleAdmin}).want(t, 200)
 }
+
+// TestViolationsPaged: GET /admin/v1/violations pages by ?limit= (minute counts) and ?after=;
+// following next lists every count once, newest minute first, and the last page has no next.
+func TestViolationsPaged(t *testing.T) {
+	e := newEnv(t)
+	m0 := e.clock.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	var viols []control.ViolationCount
+	for i := range 5 {
+		viols = append(viols, control.ViolationCount{Minute: m0.Add(time.Duration(i) * time.Minute), Rule: "r", User: fmt.Sprintf("u%d", i), Denied: 1, Soft: int64(i % 2), Limit: 10})
+	}
+	if err := e.store.AddCounts(e.ctx, nil, viols); err != nil {
+		t.Fatal(err)
+	}
+	var users []string
+	after, pages := "", 0
+	for ; pages < 10; pages++ {
+		q := url.Values{"limit": {"2"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		r := e.do(call{method: "GET", path: "/admin/v1/violations?" + q.Encode(), role: control.RoleRead}).want(t, 200)
+		for _, v := range r.json["violations"].([]any) {
+			if m := v.(map[string]any); m["state"] == "hard" {
+				users = append(users, m["user"].(string))
+			}
+		}
+		if after = r.str("next"); after == "" {
+			break
+		}
+	}
+	if want := []string{"u4", "u3", "u2", "u1", "u0"}; !slices.Equal(users, want) || pages != 2 {
+		t.Errorf("%d pages of %v, want 3 pages of %v", pages+1, users, want)
+	}
+	for _, raw := range []string{"v:[1,2,3]", "v:x", "s:1", "v:[1,\"r\"]"} {
+		r := e.do(call{method: "GET", path: "/admin/v1/violations?after=" + cursorOf(raw), role: control.RoleRead}).want(t, 400)
+		if r.str("field") != "after" {
+			t.Errorf("after %q: %s", raw, r.raw)
+		}
+	}
+}

@@ -134,3 +134,36 @@ func TestAdminListsPage(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminViolationsAfter: "violations --limit 1" prints one minute count and its next;
+// --after that next prints the count after it, older.
+func TestAdminViolationsAfter(t *testing.T) {
+	e := newAdminEnv(t)
+	m0 := e.clock.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	if err := e.store.AddCounts(t.Context(), nil, []control.ViolationCount{
+		{Minute: m0, Rule: "r", User: "old", Denied: 1, Limit: 1},
+		{Minute: m0.Add(time.Minute), Rule: "r", User: "new", Denied: 1, Limit: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	type page struct {
+		Violations []struct{ User string } `json:"violations"`
+		Next       string                  `json:"next"`
+	}
+	read := func(args ...string) page {
+		t.Helper()
+		r := e.admin(control.RoleRead, "", append([]string{"violations", "--limit", "1", "-o", "json"}, args...)...)
+		var p page
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &p) != nil {
+			t.Fatalf("violations %v: exit %d: %s %s", args, r.code, r.stdout, r.stderr)
+		}
+		return p
+	}
+	p1 := read()
+	if len(p1.Violations) != 1 || p1.Violations[0].User != "new" || p1.Next == "" {
+		t.Fatalf("first page: %+v", p1)
+	}
+	if p2 := read("--after", p1.Next); len(p2.Violations) != 1 || p2.Violations[0].User != "old" || p2.Next != "" {
+		t.Errorf("--after next: %+v, want old and no next", p2)
+	}
+}

@@ -115,6 +115,7 @@ func Run(t *testing.T, h Harness) {
 		{"Changes", testChanges},
 		{"Import", testImport},
 		{"Paging", testPaging},
+		{"PagingViolations", testPagingViolations},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

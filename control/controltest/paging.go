@@ -182,3 +182,90 @@ func testPaging(t *testing.T, e *env) {
 		}
 	})
 }
+
+// testPagingViolations: violation counts walked a page at a time, newest minute first, while
+// counts of a newer minute (before the cursor) and of an older one (after it) are added
+// between pages: every count present at the start listed once, in order, the older one too,
+// nothing twice; filters page as well.
+func testPagingViolations(t *testing.T, e *env) {
+	m0 := e.clock.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	var viols []control.ViolationCount
+	for i := range 12 {
+		viols = append(viols, control.ViolationCount{Minute: m0.Add(time.Duration(i%4) * time.Minute), Rule: []string{"a", "b"}[i%2],
+			Tenant: "acme", User: fmt.Sprintf("u%02d", i), Denied: int64(i + 1), Limit: 10})
+	}
+	if err := e.s.AddCounts(e.ctx, nil, viols); err != nil {
+		t.Fatal(err)
+	}
+	key := func(v control.PagedViolation) string {
+		return fmt.Sprintf("%s|%s|%s", v.Minute.UTC().Format(time.RFC3339), v.Rule, v.User)
+	}
+	whole, err := e.s.PageViolations(e.ctx, control.ViolationFilter{}, nil, 1000)
+	if err != nil || len(whole) != 12 {
+		t.Fatalf("whole list: %d, %v", len(whole), err)
+	}
+	for i := 1; i < len(whole); i++ {
+		a, b := whole[i-1].Key, whole[i].Key
+		if a.Minute.Before(b.Minute) || (a.Minute.Equal(b.Minute) && (a.Rule > b.Rule || (a.Rule == b.Rule && a.Identity >= b.Identity))) {
+			t.Fatalf("out of order at %d: %+v then %+v", i, a, b)
+		}
+	}
+	var got []string
+	var after *control.ViolationKey
+	for pages := 0; pages < 20; pages++ {
+		page, err := e.s.PageViolations(e.ctx, control.ViolationFilter{}, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 2 {
+			t.Fatalf("page of %d", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, v := range page {
+			got = append(got, key(v))
+		}
+		k := page[len(page)-1].Key
+		after = &k
+		if pages == 1 { // a newer minute (before the cursor) and an older one (after it)
+			if err := e.s.AddCounts(e.ctx, nil, []control.ViolationCount{
+				{Minute: m0.Add(30 * time.Minute), Rule: "a", User: "newer", Denied: 1, Limit: 10},
+				{Minute: m0.Add(-30 * time.Minute), Rule: "a", User: "older", Denied: 1, Limit: 10},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var want []string
+	for _, v := range whole {
+		want = append(want, key(v))
+	}
+	older := m0.Add(-30*time.Minute).Format(time.RFC3339) + "|a|older"
+	if !slices.Equal(got, append(slices.Clone(want), older)) {
+		t.Errorf("paged %v, want %v and then the older count", got, want)
+	}
+	// A filter pages too: rule b's six, three pages of two.
+	var bs []string
+	after = nil
+	for range 10 {
+		page, err := e.s.PageViolations(e.ctx, control.ViolationFilter{Rule: "b", Tenant: "acme"}, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, v := range page {
+			if v.Rule != "b" {
+				t.Fatalf("rule b paged %+v", v)
+			}
+			bs = append(bs, key(v))
+		}
+		k := page[len(page)-1].Key
+		after = &k
+	}
+	if len(bs) != 6 || len(slices.Compact(slices.Sorted(slices.Values(bs)))) != 6 {
+		t.Errorf("rule b paged %v, want six", bs)
+	}
+}

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/sluicehq/sluice/control"
@@ -48,6 +49,32 @@ func (s *Store) PageDomains(ctx context.Context, p control.Page) ([]control.Doma
 	out, err := list(ctx, s.db, s.q["DomainPage"], scanDomain, p.AfterName, pageLimit(p.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list domains: %w", err)
+	}
+	return out, nil
+}
+
+// PageViolations implements control.ViolationPager.
+func (s *Store) PageViolations(ctx context.Context, f control.ViolationFilter, after *control.ViolationKey, limit int) ([]control.PagedViolation, error) {
+	until := f.Until
+	if until.IsZero() {
+		until = maxTime
+	}
+	if limit <= 0 {
+		limit = control.DefaultAuditLimit
+	}
+	at, rule, key := until, "", ""
+	if after != nil {
+		at, rule, key = after.Minute, after.Rule, after.Identity
+	}
+	out, err := list(ctx, s.db, s.q["ViolationPage"], func(r *sql.Rows) (control.PagedViolation, error) {
+		var v control.PagedViolation
+		err := r.Scan(ts{&v.Minute}, &v.Rule, &v.Key.Identity, &v.Tenant, &v.User, &v.APIKey, &v.IP, &v.Endpoint, &v.Denied, &v.Soft, &v.Limit)
+		v.Key.Minute, v.Key.Rule = v.Minute, v.Rule
+		return v, err
+	}, f.Tenant, f.User, f.APIKey, f.IP, f.Rule, s.d.Time(clampTime(f.Since)), s.d.Time(clampTime(until)),
+		s.d.Time(clampTime(at)), rule, key, int64(limit))
+	if err != nil {
+		return nil, fmt.Errorf("violations: %w", err)
 	}
 	return out, nil
 }

@@ -23,3 +23,14 @@ WHERE name > ?1 ORDER BY name LIMIT ?2;
 -- name: DomainPage
 SELECT name, body, created_at, updated_at, updated_by, version FROM domains
 WHERE name > ?1 ORDER BY name LIMIT ?2;
+
+-- name: ViolationPage
+-- Minutes in [?6, ?7); empty filters match everything; after (?8, ?9, ?10) in the order
+-- newest minute first, then rule and identity key (no cursor: ?8 is ?7); at most ?11.
+SELECT minute, rule_name, identity_key, tenant, user_name, api_key, ip, endpoint, denied, soft, limit_value
+FROM violation_minutes
+WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR user_name = ?2) AND (?3 = '' OR api_key = ?3)
+  AND (?4 = '' OR ip = ?4) AND (?5 = '' OR rule_name = ?5) AND minute >= ?6 AND minute < ?7
+  AND (minute < ?8 OR (minute = ?8 AND (rule_name > ?9 OR (rule_name = ?9 AND identity_key > ?10))))
+ORDER BY minute DESC, rule_name, identity_key
+LIMIT ?11;

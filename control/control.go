@@ -60,6 +60,7 @@ func (e *InvalidError) Unwrap() error { return ErrInvalid }
 //
 // Times are the store's clock (Options.Now), in UTC, truncated to microseconds.
 type Store interface {
+	Pager
 	// ListRules returns every API rule, by name.
 	ListRules(ctx context.Context) ([]Rule, error)
 	// GetRule returns the rule called name.

@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -166,28 +167,49 @@ func pathDomain(r *http.Request) (string, error) {
 }
 
 func (s *Server) listDomains(w http.ResponseWriter, r *http.Request) error {
-	stored, err := s.store.ListDomains(r.Context())
+	q, err := query(r, "limit", "after")
 	if err != nil {
 		return err
 	}
-	files := s.files().Domains
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
+	pg, err := newPager(q, partFileName, partName)
+	if err != nil {
+		return err
 	}
-	sort.Strings(names)
-	items := make([][]byte, 0, len(names)+len(stored))
-	for _, n := range names {
-		items = append(items, fileDomainJSON(n, files[n]))
+	// The policy files' domains first, by name, then the store's, by name.
+	if pg.reads(partName) {
+		files := s.files().Domains
+		names := make([]string, 0, len(files))
+		for n := range files {
+			if pg.after.part != partFileName || n > pg.after.name {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if pg.full() {
+				break
+			}
+			pg.add(json.RawMessage(fileDomainJSON(n, files[n])), cursor{part: partFileName, name: n})
+		}
 	}
-	for _, d := range stored {
-		b, err := domainJSON(d, "")
+	if pg.reads() {
+		p := control.Page{Limit: pg.room()}
+		if pg.after.part == partName {
+			p.AfterName = pg.after.name
+		}
+		stored, err := s.store.PageDomains(r.Context(), p)
 		if err != nil {
 			return err
 		}
-		items = append(items, b)
+		for _, d := range stored {
+			b, err := domainJSON(d, "")
+			if err != nil {
+				return err
+			}
+			pg.add(json.RawMessage(b), cursor{part: partName, name: d.Name})
+		}
 	}
-	return answerRaw(w, http.StatusOK, "", listJSON("domains", items))
+	return pg.answer(w, "domains")
 }
 
 func (s *Server) getDomain(w http.ResponseWriter, r *http.Request) error {

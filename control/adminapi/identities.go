@@ -72,24 +72,28 @@ func pathIdentity(r *http.Request) (control.IdentityKind, string, error) {
 }
 
 func (s *Server) listIdentities(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "kind")
+	q, err := query(r, "kind", "limit", "after")
 	if err != nil {
 		return err
 	}
 	kind := control.IdentityKind(q.Get("kind"))
-	switch kind {
-	case "", control.IdentityAPIKey, control.IdentityUser, control.IdentityTenant:
-	default:
+	if kind != "" && !validKind(kind) {
 		return &policy.FieldError{Field: "kind", Msg: fmt.Sprintf("%q is not api_key, user or tenant", kind)}
 	}
-	ids, err := s.store.ListIdentities(r.Context(), kind)
+	pg, err := newPager(q, partIdentity)
 	if err != nil {
 		return err
 	}
-	if ids == nil {
-		ids = []control.Identity{}
+	p := control.Page{Limit: pg.room()}
+	p.AfterKind, p.AfterName = pg.after.identity()
+	ids, err := s.store.PageIdentities(r.Context(), kind, p)
+	if err != nil {
+		return err
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"identities": ids})
+	for _, id := range ids {
+		pg.add(id, cursor{part: partIdentity, name: string(id.Kind) + ":" + id.Value})
+	}
+	return pg.answer(w, "identities")
 }
 
 func (s *Server) getIdentity(w http.ResponseWriter, r *http.Request) error {
@@ -176,17 +180,22 @@ type tokenCreated struct {
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
-	if _, err := query(r); err != nil {
-		return err
-	}
-	toks, err := s.store.ListTokens(r.Context())
+	q, err := query(r, "limit", "after")
 	if err != nil {
 		return err
 	}
-	if toks == nil {
-		toks = []control.Token{}
+	pg, err := newPager(q, partName)
+	if err != nil {
+		return err
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"tokens": toks}) // Token's JSON has no hash
+	toks, err := s.store.PageTokens(r.Context(), control.Page{AfterName: pg.after.name, Limit: pg.room()})
+	if err != nil {
+		return err
+	}
+	for _, t := range toks {
+		pg.add(t, cursor{part: partName, name: t.Name}) // Token's JSON has no hash
+	}
+	return pg.answer(w, "tokens")
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {

@@ -192,50 +192,41 @@ func (s *Server) listOverrides(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return &policy.FieldError{Field: "source", Msg: fmt.Sprintf("%q is not file, api or automatic", f.Source)}
 	}
-	limit, after, err := pageParams(q, "f", "s")
+	pg, err := newPager(q, partFile, partID)
 	if err != nil {
 		return err
 	}
-	// The policy files' overrides first, by index, then the store's, by id; one more than
-	// the page tells whether a next page exists.
-	var items []any
-	var keys []cursor
-	if (f.Source == "" || f.Source == "file") && after.part != "s" {
+	// The policy files' overrides first, by index, then the store's, by id.
+	if (f.Source == "" || f.Source == "file") && pg.reads(partID) {
 		now := s.now()
-		start := 0
-		if after.part == "f" {
-			start = int(min(after.key, int64(len(s.files().Overrides)))) + 1
-		}
 		files := s.files().Overrides
-		for i := start; i < len(files) && len(items) <= limit; i++ {
+		start := 0
+		if pg.after.part == partFile {
+			start = int(min(pg.after.key, int64(len(files)))) + 1
+		}
+		for i := start; i < len(files) && !pg.full(); i++ {
 			o := files[i]
 			if !o.ExpiresAt.After(now) || (f.Tenant != "" && o.Tenant != f.Tenant) ||
 				(f.User != "" && o.User != f.User) || (f.APIKey != "" && o.APIKey != f.APIKey) {
 				continue
 			}
-			items = append(items, fileOverride(i, o))
-			keys = append(keys, cursor{"f", int64(i)})
+			pg.add(fileOverride(i, o), cursor{part: partFile, key: int64(i)})
 		}
 	}
-	if f.Source != "file" && len(items) <= limit {
-		if after.part == "s" {
-			f.AfterID = after.key
+	if f.Source != "file" && pg.reads() {
+		if pg.after.part == partID {
+			f.AfterID = pg.after.key
 		}
-		f.Limit = limit + 1 - len(items)
+		f.Limit = pg.room()
 		stored, err := s.store.ListOverrides(r.Context(), f)
 		if err != nil {
 			return err
 		}
 		for _, o := range stored {
-			items = append(items, overrideOut{Override: o})
-			keys = append(keys, cursor{"s", o.ID})
+			pg.add(overrideOut{Override: o}, cursor{part: partID, key: o.ID})
 		}
 	}
-	var next *cursor
-	if len(items) > limit {
-		items, next = items[:limit], &keys[limit-1]
-	}
-	return answer(w, http.StatusOK, "", pageAnswer("overrides", items, next))
+	return pg.answer(w, "overrides")
 }
 
 func (s *Server) getOverride(w http.ResponseWriter, r *http.Request) error {
@@ -344,7 +335,7 @@ type fileExemptionOut struct {
 }
 
 func (s *Server) listExemptions(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "source")
+	q, err := query(r, "source", "limit", "after")
 	if err != nil {
 		return err
 	}
@@ -354,22 +345,35 @@ func (s *Server) listExemptions(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return &policy.FieldError{Field: "source", Msg: fmt.Sprintf("%q is not file or api", src)}
 	}
-	items := []any{}
-	if src != "api" {
-		for i, e := range s.files().Exemptions {
-			items = append(items, fileExemptionOut{ID: fileID(i), Exemption: e, Source: "file"})
+	pg, err := newPager(q, partFile, partID)
+	if err != nil {
+		return err
+	}
+	// The policy files' exemptions first, by index, then the store's, by id.
+	if src != "api" && pg.reads(partID) {
+		files := s.files().Exemptions
+		start := 0
+		if pg.after.part == partFile {
+			start = int(min(pg.after.key, int64(len(files)))) + 1
+		}
+		for i := start; i < len(files) && !pg.full(); i++ {
+			pg.add(fileExemptionOut{ID: fileID(i), Exemption: files[i], Source: "file"}, cursor{part: partFile, key: int64(i)})
 		}
 	}
-	if src != "file" {
-		stored, err := s.store.ListExemptions(r.Context())
+	if src != "file" && pg.reads() {
+		p := control.Page{Limit: pg.room()}
+		if pg.after.part == partID {
+			p.AfterID = pg.after.key
+		}
+		stored, err := s.store.PageExemptions(r.Context(), p)
 		if err != nil {
 			return err
 		}
 		for _, e := range stored {
-			items = append(items, exemptionOut{Exemption: e, Source: "api"})
+			pg.add(exemptionOut{Exemption: e, Source: "api"}, cursor{part: partID, key: e.ID})
 		}
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"exemptions": items})
+	return pg.answer(w, "exemptions")
 }
 
 func (s *Server) getExemption(w http.ResponseWriter, r *http.Request) error {

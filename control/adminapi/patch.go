@@ -134,32 +134,8 @@ func (s *Server) applyOverridePatch(cur control.Override, p overridePatch, nulls
 // If-Match the read and the write are still one step: the write is conditional on the version
 // read, and retried a few times if another writer came between.
 func (s *Server) patchOverride(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.apiID(r, "override", len(s.files().Overrides))
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(w, r, true)
-	if err != nil {
-		return err
-	}
-	set, nulls, err := splitPatch(body)
-	if err != nil {
-		return err
-	}
-	var p overridePatch
-	if err := decodeStrict(set, &p); err != nil {
-		return err
-	}
-	for name := range nulls {
-		if err := knownMember(name, "expires_at", "ttl", "value", "limit", "burst", "reason", "tenant", "user", "api_key", "endpoint", "rule", "type"); err != nil {
-			return err
-		}
-	}
-	reason := ""
-	if p.Reason != nil {
-		reason = *p.Reason
-	}
-	ch, err := change(r, reason)
+	id, p, nulls, ch, err := openPatch[overridePatch](s, w, r, "override", len(s.files().Overrides),
+		"expires_at", "ttl", "value", "limit", "burst", "reason", "tenant", "user", "api_key", "endpoint", "rule", "type")
 	if err != nil {
 		return err
 	}
@@ -249,32 +225,8 @@ func (s *Server) applyExemptionPatch(cur control.Exemption, p exemptionPatch, nu
 
 // patchExemption applies a merge patch to a stored exemption, as patchOverride does.
 func (s *Server) patchExemption(w http.ResponseWriter, r *http.Request) error {
-	id, err := s.apiID(r, "exemption", len(s.files().Exemptions))
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(w, r, true)
-	if err != nil {
-		return err
-	}
-	set, nulls, err := splitPatch(body)
-	if err != nil {
-		return err
-	}
-	var p exemptionPatch
-	if err := decodeStrict(set, &p); err != nil {
-		return err
-	}
-	for name := range nulls {
-		if err := knownMember(name, "expires_at", "ttl", "reason", "api_key", "user", "tenant", "ip", "value", "limit", "burst"); err != nil {
-			return err
-		}
-	}
-	reason := ""
-	if p.Reason != nil {
-		reason = *p.Reason
-	}
-	ch, err := change(r, reason)
+	id, p, nulls, ch, err := openPatch[exemptionPatch](s, w, r, "exemption", len(s.files().Exemptions),
+		"expires_at", "ttl", "reason", "api_key", "user", "tenant", "ip", "value", "limit", "burst")
 	if err != nil {
 		return err
 	}
@@ -286,6 +238,44 @@ func (s *Server) patchExemption(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return answer(w, http.StatusOK, etag(e.Version), exemptionOut{Exemption: e, Source: "api", PolicyVersion: s.changed(r.Context(), w, e.Version)})
+}
+
+// reason is the patch's "reason", nil when absent.
+func (p overridePatch) reason() *string { return p.Reason }
+
+// reason is the patch's "reason", nil when absent.
+func (p exemptionPatch) reason() *string { return p.Reason }
+
+// openPatch is how a PATCH of an override or exemption starts: the stored resource's id (a
+// policy file's is refused), the merge patch decoded strictly into P with the members set to
+// null (each must be one of members), and the change, whose reason is the patch's "reason".
+func openPatch[P interface{ reason() *string }](s *Server, w http.ResponseWriter, r *http.Request, kind string, files int,
+	members ...string) (id int64, p P, nulls map[string]bool, ch control.Change, err error) {
+	if id, err = s.apiID(r, kind, files); err != nil {
+		return
+	}
+	body, err := s.readBody(w, r, true)
+	if err != nil {
+		return
+	}
+	set, nulls, err := splitPatch(body)
+	if err != nil {
+		return
+	}
+	if err = decodeStrict(set, &p); err != nil {
+		return
+	}
+	for name := range nulls {
+		if err = knownMember(name, members...); err != nil {
+			return
+		}
+	}
+	reason := ""
+	if rp := p.reason(); rp != nil {
+		reason = *rp
+	}
+	ch, err = change(r, reason)
+	return
 }
 
 // patchInPlace reads a resource, patches it and writes it back under the ETag it was read at,

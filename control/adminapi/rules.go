@@ -144,34 +144,39 @@ func (s *Server) fileRule(name string) (policy.Rule, bool) {
 }
 
 func (s *Server) listRules(w http.ResponseWriter, r *http.Request) error {
-	stored, err := s.store.ListRules(r.Context())
+	q, err := query(r, "limit", "after")
 	if err != nil {
 		return err
 	}
-	items := make([][]byte, 0, len(stored))
-	for _, fr := range s.files().Rules {
-		items = append(items, fileRuleJSON(fr))
+	pg, err := newPager(q, partFile, partName)
+	if err != nil {
+		return err
 	}
-	for _, sr := range stored {
-		b, err := apiRuleJSON(sr, "")
+	// The policy files' rules first, by index, then the store's, by name.
+	if pg.reads(partName) {
+		files := s.files().Rules
+		start := 0
+		if pg.after.part == partFile {
+			start = int(min(pg.after.key, int64(len(files)))) + 1
+		}
+		for i := start; i < len(files) && !pg.full(); i++ {
+			pg.add(json.RawMessage(fileRuleJSON(files[i])), cursor{part: partFile, key: int64(i)})
+		}
+	}
+	if pg.reads() {
+		stored, err := s.store.PageRules(r.Context(), control.Page{AfterName: pg.after.name, Limit: pg.room()})
 		if err != nil {
 			return err
 		}
-		items = append(items, b)
-	}
-	return answerRaw(w, http.StatusOK, "", listJSON("rules", items))
-}
-
-// listJSON renders {"name": [items...]}.
-func listJSON(name string, items [][]byte) []byte {
-	b := []byte(`{"` + name + `":[`)
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ',')
+		for _, sr := range stored {
+			b, err := apiRuleJSON(sr, "")
+			if err != nil {
+				return err
+			}
+			pg.add(json.RawMessage(b), cursor{part: partName, name: sr.Name})
 		}
-		b = append(b, it...)
 	}
-	return append(b, "]}"...)
+	return pg.answer(w, "rules")
 }
 
 func (s *Server) getRule(w http.ResponseWriter, r *http.Request) error {

@@ -142,7 +142,7 @@ func timeParams(q url.Values) (since, until time.Time, err error) {
 }
 
 func (s *Server) violations(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "tenant", "user", "api_key", "ip", "rule", "since", "until", "limit")
+	q, err := query(r, "tenant", "user", "api_key", "ip", "rule", "since", "until", "limit", "after")
 	if err != nil {
 		return err
 	}
@@ -154,12 +154,30 @@ func (s *Server) violations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	vs, err := s.store.Violations(r.Context(), control.ViolationFilter{
-		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: key.APIKeyFilter(q.Get("api_key")), IP: q.Get("ip"), Rule: q.Get("rule"),
-		Since: since, Until: until, Limit: limit,
-	})
+	if limit == 0 {
+		limit = control.DefaultAuditLimit
+	}
+	_, after, err := pageParams(q, partMinute) // the limit is limitParam's, checked above
 	if err != nil {
 		return err
+	}
+	var from *control.ViolationKey
+	if after.part == partMinute {
+		k, _ := after.violation()
+		from = &k
+	}
+	// One count more than the page tells whether a next page exists.
+	vs, err := s.store.PageViolations(r.Context(), control.ViolationFilter{
+		Tenant: q.Get("tenant"), User: q.Get("user"), APIKey: key.APIKeyFilter(q.Get("api_key")), IP: q.Get("ip"), Rule: q.Get("rule"),
+		Since: since, Until: until,
+	}, from, limit+1)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{}
+	if len(vs) > limit {
+		vs = vs[:limit]
+		body["next"] = violationCursor(vs[limit-1].Key).String()
 	}
 	out := []violation{}
 	for _, v := range vs {
@@ -175,7 +193,8 @@ func (s *Server) violations(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, e)
 		}
 	}
-	return answer(w, http.StatusOK, "", map[string]any{"violations": out})
+	body["violations"] = out
+	return answer(w, http.StatusOK, "", body)
 }
 
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) error {

@@ -27,16 +27,7 @@ func domainsCommand(o *adminOptions) *cobra.Command {
 reference rate limit service: the YAML of one of its files, or the same as JSON. The server
 validates it exactly as a file of --config, and every node enforces it within a second. A
 domain of the policy files is read-only here.`
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List the domains, the files' then the API's", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.Get(cmd.Context(), adminPath("domains"), nil)
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "domains", domainColumns)
-		}),
-	}
+	list := o.listCommand("List the domains, the files' then the API's", adminPath("domains"), "domains", domainColumns)
 	get := &cobra.Command{
 		Use: "get DOMAIN", Short: "Show a domain's configuration (as JSON with -o json) and its ETag", Args: cobra.ExactArgs(1),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {

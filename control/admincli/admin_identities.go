@@ -35,16 +35,7 @@ func identitiesCommand(o *adminOptions) *cobra.Command {
 	cmd.Long = `Identity assignments give an API key, a user or a tenant a tier (and an API key a tenant and
 a user, and any of them an adaptive-limit trust score in [0, 1]). Assigned values win over
 the ones a request carries. KIND is api_key, user or tenant.`
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List the assignments", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.Get(cmd.Context(), adminPath("identities"), o.queryFromFlags(cmd, nil, "kind"))
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "identities", identityColumns)
-		}),
-	}
+	list := o.listCommand("List the assignments", adminPath("identities"), "identities", identityColumns, "kind")
 	list.Flags().String("kind", "", "only this kind: api_key, user or tenant")
 
 	set := &cobra.Command{
@@ -142,16 +133,7 @@ func tokensCommand(o *adminOptions) *cobra.Command {
 		return err
 	})
 
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List token names and roles (never secrets)", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.Get(cmd.Context(), adminPath("tokens"), nil)
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "tokens", tokenColumns)
-		}),
-	}
+	list := o.listCommand("List token names and roles (never secrets)", adminPath("tokens"), "tokens", tokenColumns)
 	del := &cobra.Command{Use: "delete NAME", Aliases: []string{"rm"}, Short: "Delete a token: its secret stops working at once", Args: cobra.ExactArgs(1)}
 	delChange := changeFlagsOf(del)
 	del.RunE = o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {

@@ -165,7 +165,7 @@ func violationsCommand(o *adminOptions) *cobra.Command {
   sluice admin violations --rule api-writes --limit 50 -o json`,
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			q := o.queryFromFlags(cmd, []string{"since", "until"}, "tenant", "user", "api-key", "ip", "rule", "since", "until", "limit")
+			q := o.queryFromFlags(cmd, []string{"since", "until"}, "tenant", "user", "api-key", "ip", "rule", "since", "until", "limit", "after")
 			a, err := c.Get(cmd.Context(), adminPath("violations"), q)
 			if err != nil {
 				return err
@@ -181,7 +181,8 @@ func violationsCommand(o *adminOptions) *cobra.Command {
 	f.String("rule", "", "only this rule")
 	f.String("since", "", "minutes at or after this: "+timeHelp)
 	f.String("until", "", "minutes before this: "+timeHelp)
-	f.Int("limit", 0, "at most this many entries (server default 100, at most 1000)")
+	f.Int("limit", 0, "at most this many minute counts (server default 100, at most 1000; with -o json, next is the cursor for --after)")
+	f.String("after", "", "the page after this cursor (the previous page's next, with -o json)")
 	return cmd
 }
 

@@ -38,25 +38,12 @@ var exemptionColumns = []column{
 
 func overridesCommand(o *adminOptions) *cobra.Command {
 	cmd := group("overrides", "Ban, throttle or raise the limits of a tenant, user, API key or endpoint for a while")
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List the active overrides", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			q := o.queryFromFlags(cmd, nil, "tenant", "user", "api-key", "source", "after")
-			limit, _ := cmd.Flags().GetInt("limit")
-			a, err := getAll(cmd.Context(), c, adminPath("overrides"), q, "overrides", limit)
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "overrides", overrideColumns)
-		}),
-	}
+	list := o.listCommand("List the active overrides", adminPath("overrides"), "overrides", overrideColumns, "tenant", "user", "api-key", "source")
 	lf := list.Flags()
 	lf.String("tenant", "", "only overrides of this tenant")
 	lf.String("user", "", "only overrides of this user")
 	lf.String("api-key", "", "only overrides of this API key")
 	lf.String("source", "", "only overrides from file, api or automatic (the abuse detector)")
-	lf.Int("limit", 0, "one page of at most this many (its next, with -o json, is the cursor for --after); 0: every page")
-	lf.String("after", "", "with --limit, the page after this cursor (the previous page's next)")
 
 	create := &cobra.Command{
 		Use:   "create",
@@ -119,16 +106,7 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 
 func exemptionsCommand(o *adminOptions) *cobra.Command {
 	cmd := group("exemptions", "Callers that are always allowed and never counted: an API key, user, tenant, address or CIDR")
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List the active exemptions", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.Get(cmd.Context(), adminPath("exemptions"), o.queryFromFlags(cmd, nil, "source"))
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "exemptions", exemptionColumns)
-		}),
-	}
+	list := o.listCommand("List the active exemptions", adminPath("exemptions"), "exemptions", exemptionColumns, "source")
 	list.Flags().String("source", "", "only exemptions from file or api")
 
 	create := &cobra.Command{

@@ -1,6 +1,8 @@
 package admincli
 
 import (
+	"github.com/spf13/cobra"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,4 +63,26 @@ func getAll(ctx context.Context, c *adminClient, path string, q url.Values, key 
 		q.Set("after", page.Next)
 	}
 	return nil, fmt.Errorf("read %s: more than %d pages", path, maxPages)
+}
+
+// listCommand is the "list" command of a paged list at path whose answer holds its items
+// under key: every page joined (following next), or with --limit one page and its next, for
+// --after. filters names the list's own flags, sent as query parameters; the caller adds them.
+func (o *adminOptions) listCommand(short, path, key string, cols []column, filters ...string) *cobra.Command {
+	list := &cobra.Command{
+		Use: "list", Aliases: []string{"ls"}, Short: short, Args: cobra.NoArgs,
+		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
+			q := o.queryFromFlags(cmd, nil, append(filters, "after")...)
+			limit, _ := cmd.Flags().GetInt("limit")
+			a, err := getAll(cmd.Context(), c, path, q, key, limit)
+			if err != nil {
+				return err
+			}
+			return o.showList(cmd, a, key, cols)
+		}),
+	}
+	f := list.Flags()
+	f.Int("limit", 0, "one page of at most this many (its next, with -o json, is the cursor for --after); 0: every page")
+	f.String("after", "", "with --limit, the page after this cursor (the previous page's next)")
+	return list
 }

@@ -30,16 +30,7 @@ var ruleColumns = []column{
 
 func rulesCommand(o *adminOptions) *cobra.Command {
 	cmd := group("rules", "List, read, create, replace, patch and delete rules (policy-file rules are read-only)")
-	list := &cobra.Command{
-		Use: "list", Aliases: []string{"ls"}, Short: "List the rules: policy files' and the API's", Args: cobra.NoArgs,
-		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
-			a, err := c.Get(cmd.Context(), adminPath("rules"), nil)
-			if err != nil {
-				return err
-			}
-			return o.showList(cmd, a, "rules", ruleColumns)
-		}),
-	}
+	list := o.listCommand("List the rules: policy files' and the API's", adminPath("rules"), "rules", ruleColumns)
 	get := &cobra.Command{
 		Use: "get NAME", Short: "Show a rule and its ETag", Args: cobra.ExactArgs(1),
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, args []string) error {

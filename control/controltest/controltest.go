@@ -114,6 +114,8 @@ func Run(t *testing.T, h Harness) {
 		{"WindowTotals", testWindowTotals},
 		{"Changes", testChanges},
 		{"Import", testImport},
+		{"Paging", testPaging},
+		{"PagingViolations", testPagingViolations},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 // Sluice's dashboard. It holds no state of its own: every page reads (and the overrides,
 // exemptions and domains pages change) the admin API, with the token the operator signed in
-// with, kept in session storage (gone when the tab closes).
+// with, kept in session storage (gone when the tab closes). The tokens page needs an admin
+// token.
 import { h, render } from "preact";
 import { useState, useEffect, useRef, useCallback } from "preact/hooks";
 import htm from "htm";
@@ -302,7 +303,7 @@ const target = (o) => ["tenant", "user", "api_key", "endpoint", "ip", "rule"].fi
 
 function Overrides() {
   const [{ data, error }, reload] = usePoll(() => apiList("overrides", "overrides"), 5000, []);
-  const [ex, reloadEx] = usePoll(() => api("GET", "exemptions"), 5000, []);
+  const [ex, reloadEx] = usePoll(() => apiList("exemptions", "exemptions"), 5000, []);
   const [actError, setActError] = useState(null);
   const [done, setDone] = useState("");
   const [f, set, setF] = useForm({ tenant: "", user: "", api_key: "", endpoint: "", rule: "", type: "ban", value: "", limit: "", burst: "", ttl: "1h", reason: "" });
@@ -390,7 +391,7 @@ function Overrides() {
 const DOMAIN_READ_ONLY = ["source", "created_at", "updated_at", "updated_by", "policy_version"];
 
 function Domains() {
-  const [{ data, error }, reload] = usePoll(() => api("GET", "domains"), 5000, []);
+  const [{ data, error }, reload] = usePoll(() => apiList("domains", "domains"), 5000, []);
   const [actError, setActError] = useState(null);
   const [done, setDone] = useState("");
   const [f, set, setF] = useForm({ domain: "", config: "" });
@@ -496,6 +497,67 @@ function Nodes() {
 
 // ---- shell
 
+// Tokens lists the admin tokens (an admin token's page): each one's role, expiry and last
+// use; a new token's secret is shown once, right after it is created, and never again.
+function Tokens() {
+  const [{ data, error }, reload] = usePoll(() => apiList("tokens", "tokens"), 10000, []);
+  const [actError, setActError] = useState(null);
+  const [done, setDone] = useState("");
+  const [secret, setSecret] = useState(null);
+  const [f, set, setF] = useForm({ name: "", role: "read", ttl: "90d" });
+  const act = (p, msg) => p.then((res) => { setActError(null); setDone(msg); reload(); return res; }, (err) => { setActError(err); setDone(""); return null; });
+  const create = (ev) => {
+    ev.preventDefault();
+    const body = { name: f.name, role: f.role };
+    if (f.ttl) body.ttl = f.ttl;
+    setSecret(null);
+    act(api("POST", "tokens", body), "Token " + shown(f.name) + " created.").then((res) => {
+      if (res && res.token) {
+        setSecret({ name: res.name, token: res.token });
+        setF({ name: "", role: f.role, ttl: f.ttl });
+      }
+    });
+  };
+  const revoke = (t) => {
+    setSecret(null);
+    act(api("DELETE", "tokens/" + encodeURIComponent(t.name)), "Token " + shown(t.name) + " revoked.");
+  };
+  const now = Date.now();
+  const tokens = (data && data.tokens) || [];
+  return html`<section aria-labelledby="h-tokens">
+    <h2 id="h-tokens">Admin tokens</h2>
+    <p class="muted">Tokens of the admin API and this dashboard. Only an admin token sees this page. A secret is shown once, when its token is created.</p>
+    <${ErrorBox} error=${error} />
+    <${ErrorBox} error=${actError} />
+    <p role="status" class="ok">${done}</p>
+    ${secret && html`<div class="secret" id="token-secret" role="alert">
+      <p>The secret of <strong>${shown(secret.name)}</strong>, shown this once: copy it now.</p>
+      <code id="token-secret-value">${secret.token}</code>
+      <button type="button" onClick=${() => setSecret(null)}>I have copied it</button>
+    </div>`}
+    <table id="tokens">
+      <caption>Tokens, by name</caption>
+      <thead><tr><th scope="col">Name</th><th scope="col">Role</th><th scope="col">Created by</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Actions</th></tr></thead>
+      <tbody>
+        ${tokens.length === 0 ? html`<tr><td colspan="7" class="muted">No tokens.</td></tr>` : ""}
+        ${tokens.map((t) => html`<tr data-name=${t.name}>
+          <th scope="row">${shown(t.name)}</th><td>${t.role}</td><td>${shown(t.created_by) || "–"}</td><td>${when(t.created_at)}</td>
+          <td class=${t.expires_at && Date.parse(t.expires_at) <= now ? "expired" : ""}>${t.expires_at ? when(t.expires_at) + (Date.parse(t.expires_at) <= now ? " (expired)" : "") : "never"}</td>
+          <td>${t.last_used_at ? when(t.last_used_at) : "never"}</td>
+          <td><button type="button" class="danger" onClick=${() => revoke(t)} aria-label=${"Revoke token " + shown(t.name)}>Revoke</button></td>
+        </tr>`)}
+      </tbody>
+    </table>
+    <h3 id="h-new-token">New token</h3>
+    <form class="row" aria-labelledby="h-new-token" onSubmit=${create}>
+      <${Field} id="tok-name" label="Name" value=${f.name} onInput=${set("name")} required />
+      <${Select} id="tok-role" label="Role" value=${f.role} onInput=${set("role")} options=${[["read", "read"], ["write", "write"], ["admin", "admin"]]} />
+      <${Field} id="tok-ttl" label="Lasts (ttl; empty: no end)" value=${f.ttl} onInput=${set("ttl")} />
+      <button type="submit" class="primary">Create token</button>
+    </form>
+  </section>`;
+}
+
 const PAGES = [
   ["overview", "Overview", Overview],
   ["top", "Top consumers", Top],
@@ -506,6 +568,7 @@ const PAGES = [
   ["domains", "Envoy domains", Domains],
   ["audit", "Audit", Audit],
   ["nodes", "Nodes", Nodes],
+  ["tokens", "Tokens", Tokens],
 ];
 
 function SignIn({ onDone }) {

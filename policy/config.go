@@ -101,6 +101,7 @@ type Override struct {
 	Tenant    string    `yaml:"tenant" json:"tenant,omitempty"`
 	User      string    `yaml:"user" json:"user,omitempty"`
 	APIKey    string    `yaml:"api_key" json:"api_key,omitempty"` // a secret: compiled hashed
+	IP        string    `yaml:"ip" json:"ip,omitempty"`           // an address or CIDR, alone
 	Endpoint  string    `yaml:"endpoint" json:"endpoint,omitempty"`
 	Rule      string    `yaml:"rule" json:"rule,omitempty"`   // empty: every rule
 	Type      string    `yaml:"type" json:"type"`             // ban, multiplier, custom, warn

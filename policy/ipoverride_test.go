@@ -59,3 +59,19 @@ func TestOverrideIPInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyOverrideIP: MatchEnvoyOverrides finds an ip target for an Envoy request by its
+// address, and none for another address or none at all.
+func TestEnvoyOverrideIP(t *testing.T) {
+	t.Parallel()
+	s := mustCompile(t, "rules: []\noverrides:\n  - {ip: 10.0.0.0/8, type: ban, expires_at: \"2027-01-01T00:00:00Z\"}\n")
+	var sc Scratch
+	for _, c := range []struct {
+		ip   string
+		want bool
+	}{{"10.2.3.4", true}, {"11.0.0.1", false}, {"", false}} {
+		if got := s.MatchEnvoyOverrides(&Request{IP: c.ip}, &sc); got != c.want {
+			t.Errorf("MatchEnvoyOverrides(ip %q) = %v, want %v", c.ip, got, c.want)
+		}
+	}
+}

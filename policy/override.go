@@ -138,19 +138,26 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 	if o.APIKey != "" {
 		c.apiKey = string(key.AppendSecret(nil, o.APIKey))
 	}
+	if o.APIKeyHash != "" {
+		if h, msg := apiKeyHash(o); msg != "" {
+			bad("api_key_hash", "%s", msg)
+		} else {
+			c.shape, c.apiKey = c.shape|shapeAPIKey, h
+		}
+	}
 	if o.IP != "" {
 		p, err := parsePrefix(o.IP)
 		switch {
 		case err != nil:
 			bad("ip", "%v", err)
 		case c.shape != 0:
-			bad("ip", "an ip override names no other target (tenant, user, api_key, endpoint)")
+			bad("ip", "an ip override names no other target (tenant, user, api_key, api_key_hash, endpoint)")
 		default:
 			c.shape, c.ip = shapeIP, p
 		}
 	}
-	if c.shape == 0 && o.IP == "" {
-		bad("tenant", "an override needs a target: tenant, user, api_key, endpoint or ip")
+	if c.shape == 0 && o.IP == "" && o.APIKeyHash == "" {
+		bad("tenant", "an override needs a target: tenant, user, api_key, api_key_hash, endpoint or ip")
 	}
 	for i, v := range [...]string{o.Tenant, o.User, o.APIKey, o.Endpoint} {
 		if len(v) > MaxAttribute {

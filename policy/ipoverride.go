@@ -24,6 +24,26 @@ func (s *Snapshot) addIP(c *compiledOverride) {
 	slices.SortStableFunc(s.ips, func(a, b ipOverrides) int { return b.prefix.Bits() - a.prefix.Bits() })
 }
 
+// ipIndex returns the index in s.ips of prefix p, or -1.
+func (s *Snapshot) ipIndex(p netip.Prefix) int {
+	return slices.IndexFunc(s.ips, func(x ipOverrides) bool { return x.prefix == p })
+}
+
+// storeIP sets the overrides of prefix p to list, dropping p when list is empty, keeping
+// s.ips longest prefix first. Snapshot.Patch calls it on its own copy of s.ips.
+func (s *Snapshot) storeIP(p netip.Prefix, list []*compiledOverride) {
+	i := s.ipIndex(p)
+	switch {
+	case i >= 0 && len(list) == 0:
+		s.ips = slices.Delete(s.ips, i, i+1)
+	case i >= 0:
+		s.ips[i].list = list
+	case len(list) > 0:
+		s.ips = append(s.ips, ipOverrides{prefix: p, list: list})
+		slices.SortStableFunc(s.ips, func(a, b ipOverrides) int { return b.prefix.Bits() - a.prefix.Bits() })
+	}
+}
+
 // matchIP appends to dst the override lists whose ip target holds ip, longest prefix first.
 // A request without an address, or with one that does not parse, matches none. It does not
 // allocate but for growing dst.

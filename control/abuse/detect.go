@@ -202,7 +202,7 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 	if len(candidates) == 0 {
 		return nil, nil
 	}
-	covered, err := d.covered(ctx, from)
+	covered, networks, err := d.covered(ctx, from)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 	var errs []error
 	penalties, skipped := 0, 0
 	for _, f := range candidates {
-		if covered[f.Target] {
+		if covered[f.Target] || inNetworks(f.Target, networks) {
 			continue
 		}
 		if f.Severity == SeverityHigh && f.Target.Penalizable() {
@@ -250,17 +250,23 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 }
 
 // covered returns the targets to leave alone: those an active override names, whoever made
+// it (and the networks of active ip overrides: an address in one is covered too, or its
+// penalty, the longer prefix, would replace an operator's ban of the network for it),
 // it, and those whose last automatic penalty ended after from, so that the window holds none
 // of the requests the penalty itself throttled.
-func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool, error) {
+func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool, []netip.Prefix, error) {
 	active, err := d.o.Store.ListOverrides(ctx, control.OverrideFilter{})
 	if err != nil {
-		return nil, fmt.Errorf("abuse: list overrides: %w", err)
+		return nil, nil, fmt.Errorf("abuse: list overrides: %w", err)
 	}
 	covered := map[Target]bool{}
+	var networks []netip.Prefix
 	for _, o := range active {
 		if t, ok := overrideTarget(o); ok {
 			covered[t] = true
+		}
+		if p, err := netip.ParsePrefix(o.IP); err == nil && !p.IsSingleIP() {
+			networks = append(networks, p)
 		}
 	}
 	// A penalty that ends after from began after from-Penalty. The audit log is read rather
@@ -272,7 +278,7 @@ func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool
 	for {
 		events, err := d.o.Store.Audit(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("abuse: read past penalties: %w", err)
+			return nil, nil, fmt.Errorf("abuse: read past penalties: %w", err)
 		}
 		for _, e := range events {
 			var o control.Override
@@ -284,10 +290,27 @@ func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool
 			}
 		}
 		if len(events) < f.Limit {
-			return covered, nil
+			return covered, networks, nil
 		}
 		f.BeforeID = events[len(events)-1].ID
 	}
+}
+
+// inNetworks reports whether t is an address inside one of networks.
+func inNetworks(t Target, networks []netip.Prefix) bool {
+	if t.IP == "" || len(networks) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(t.IP)
+	if err != nil {
+		return false
+	}
+	for _, p := range networks {
+		if p.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 // overrideTarget is the target an override names exactly (its endpoint and rule aside): a

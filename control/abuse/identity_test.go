@@ -13,7 +13,8 @@ import (
 // TestDetectorPenalizesAPIKeysAndIPs (issue 27): callers without a tenant or user are
 // penalized by the identity the counts name, an API key by its hash and an IP by its
 // address, within the cap and worst first; an operator's override of the key (by the key
-// itself) covers it; a key the counts do not hold hashed is flagged, never penalized; those
+// itself) covers it, and an operator's ban of a network covers its addresses (a penalty of
+// one, the longer prefix, would lift the ban for it); a key the counts do not hold hashed is flagged, never penalized; those
 // with too few requests are left alone.
 func TestDetectorPenalizesAPIKeysAndIPs(t *testing.T) {
 	for _, b := range backends {
@@ -41,6 +42,11 @@ func TestDetectorPenalizesAPIKeysAndIPs(t *testing.T) {
 			)
 			if _, err := n.store.CreateOverride(ctx, control.Change{Actor: "alice"}, control.Override{
 				APIKey: "sk-covered", Type: control.OverrideCustom, Limit: 1000, ExpiresAt: t0.Add(time.Hour), Reason: "a partner", Source: control.SourceAPI,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.store.CreateOverride(ctx, control.Change{Actor: "alice"}, control.Override{
+				IP: "203.0.113.0/24", Type: control.OverrideBan, ExpiresAt: t0.Add(time.Hour), Reason: "stuffing", Source: control.SourceAPI,
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -83,7 +83,7 @@ func (b *Bundle) Validate() error {
 		if err := o.Validate(); err != nil {
 			return at("overrides", i, err)
 		}
-		k, _ := json.Marshal([]string{o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule})
+		k, _ := json.Marshal(o.TargetTuple())
 		if j, ok := targets[string(k)]; ok {
 			return dup("overrides", i, j)
 		}

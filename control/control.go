@@ -334,12 +334,18 @@ const (
 )
 
 // Override changes the effective limits of a target until ExpiresAt. Empty strings are unset
-// fields; at least one of Tenant, User, APIKey, Endpoint is set.
+// fields; at least one of Tenant, User, APIKey, APIKeyHash, Endpoint, IP is set, and IP only
+// alone (see Validate).
 type Override struct {
-	ID        int64        `json:"id"`
-	Tenant    string       `json:"tenant,omitempty"`
-	User      string       `json:"user,omitempty"`
-	APIKey    string       `json:"api_key,omitempty"`
+	ID     int64  `json:"id"`
+	Tenant string `json:"tenant,omitempty"`
+	User   string `json:"user,omitempty"`
+	APIKey string `json:"api_key,omitempty"`
+	// APIKeyHash names an API key by its hash, as violations and usage show it ('#' and 32
+	// lowercase hex digits); never with APIKey.
+	APIKeyHash string `json:"api_key_hash,omitempty"`
+	// IP is an address or CIDR in canonical form, with no other target.
+	IP        string       `json:"ip,omitempty"`
 	Endpoint  string       `json:"endpoint,omitempty"`
 	Rule      string       `json:"rule,omitempty"` // empty: every rule
 	Type      OverrideType `json:"type"`

@@ -109,8 +109,11 @@ func (o Override) Validate() error {
 			return err
 		}
 	}
-	if o.Tenant == "" && o.User == "" && o.APIKey == "" && o.Endpoint == "" {
-		return &InvalidError{Field: "tenant", Msg: "an override needs a target: tenant, user, api_key or endpoint"}
+	if err := o.validateIdentityTarget(); err != nil {
+		return err
+	}
+	if o.Tenant == "" && o.User == "" && o.APIKey == "" && o.APIKeyHash == "" && o.Endpoint == "" && o.IP == "" {
+		return &InvalidError{Field: "tenant", Msg: "an override needs a target: tenant, user, api_key, api_key_hash, endpoint or ip"}
 	}
 	if err := CheckText("rule", o.Rule, 0, MaxNameLen); err != nil {
 		return err

@@ -54,6 +54,7 @@ type Snapshot struct {
 	warns, escalates bool
 	envoy            *envoyconf.Config
 	shapes           []shape           // the target shapes overrides use, most specific first (see matchOverrides)
+	ips              []ipOverrides     // the ip targets, longest prefix first (see matchIP)
 	apiKeys          map[string]string // the hashed API keys overrides name, each to itself (see matchOverrides)
 
 	filesVersion   string
@@ -256,7 +257,9 @@ func (b *builder) overrideID(o *Override, sources []string, id int64) []error {
 	}
 	c.id = id
 	s := b.s
-	if i := singleIndex(c.shape); i >= 0 {
+	if c.shape == shapeIP {
+		s.addIP(c)
+	} else if i := singleIndex(c.shape); i >= 0 {
 		if s.single[i] == nil {
 			s.single[i] = map[string][]*compiledOverride{}
 		}

@@ -98,18 +98,22 @@ type Tier struct {
 // carries every value the target names. When several targets match, the most specific wins
 // (see Snapshot.Resolve for the order).
 type Override struct {
-	Tenant    string    `yaml:"tenant" json:"tenant,omitempty"`
-	User      string    `yaml:"user" json:"user,omitempty"`
-	APIKey    string    `yaml:"api_key" json:"api_key,omitempty"` // a secret: compiled hashed
-	Endpoint  string    `yaml:"endpoint" json:"endpoint,omitempty"`
-	Rule      string    `yaml:"rule" json:"rule,omitempty"`   // empty: every rule
-	Type      string    `yaml:"type" json:"type"`             // ban, multiplier, custom, warn
-	Value     float64   `yaml:"value" json:"value,omitempty"` // multiplier; or a custom limit
-	Limit     int64     `yaml:"limit" json:"limit,omitempty"` // custom: 1 to algorithm.MaxLimit
-	Burst     int64     `yaml:"burst" json:"burst,omitempty"` // custom: 0 (= limit) to MaxLimit
-	ExpiresAt time.Time `yaml:"expires_at" json:"expires_at"`
-	Reason    string    `yaml:"reason" json:"reason,omitempty"`
-	Source    string    `yaml:"source" json:"source,omitempty"` // operator (default) or automatic
+	Tenant string `yaml:"tenant" json:"tenant,omitempty"`
+	User   string `yaml:"user" json:"user,omitempty"`
+	APIKey string `yaml:"api_key" json:"api_key,omitempty"` // a secret: compiled hashed
+	// APIKeyHash names an API key by its hash, as violations and usage show it ('#' and 32
+	// hex digits): the same target as api_key, for whoever never saw the key.
+	APIKeyHash string    `yaml:"api_key_hash" json:"api_key_hash,omitempty"`
+	IP         string    `yaml:"ip" json:"ip,omitempty"` // an address or CIDR, alone
+	Endpoint   string    `yaml:"endpoint" json:"endpoint,omitempty"`
+	Rule       string    `yaml:"rule" json:"rule,omitempty"`   // empty: every rule
+	Type       string    `yaml:"type" json:"type"`             // ban, multiplier, custom, warn
+	Value      float64   `yaml:"value" json:"value,omitempty"` // multiplier; or a custom limit
+	Limit      int64     `yaml:"limit" json:"limit,omitempty"` // custom: 1 to algorithm.MaxLimit
+	Burst      int64     `yaml:"burst" json:"burst,omitempty"` // custom: 0 (= limit) to MaxLimit
+	ExpiresAt  time.Time `yaml:"expires_at" json:"expires_at"`
+	Reason     string    `yaml:"reason" json:"reason,omitempty"`
+	Source     string    `yaml:"source" json:"source,omitempty"` // operator (default) or automatic
 }
 
 // Exemption names callers that are allowed and not counted: exactly one field is set.

@@ -99,12 +99,23 @@ type patcher struct {
 	overrides bool
 	apiKeys   bool
 	shapes    bool
+	ips       bool
 }
 
 // list returns c's target's list; with write, the index that holds it is first made this
 // snapshot's own.
 func (pt *patcher) list(c *compiledOverride, write bool) []*compiledOverride {
 	s := pt.s
+	if c.shape == shapeIP {
+		if write && !pt.ips {
+			pt.ips = true
+			s.ips = slices.Clone(s.ips)
+		}
+		if i := s.ipIndex(c.ip); i >= 0 {
+			return s.ips[i].list
+		}
+		return nil
+	}
 	if i := singleIndex(c.shape); i >= 0 {
 		if write && !pt.single[i] {
 			pt.single[i] = true
@@ -128,6 +139,10 @@ func (pt *patcher) list(c *compiledOverride, write bool) []*compiledOverride {
 // store puts list back at c's target, or deletes the target when list is empty.
 func (pt *patcher) store(c *compiledOverride, list []*compiledOverride) {
 	s := pt.s
+	if c.shape == shapeIP {
+		s.storeIP(c.ip, list)
+		return
+	}
 	if i := singleIndex(c.shape); i >= 0 {
 		v := c.target.value(c.shape)
 		if len(list) == 0 {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/key"
 )
 
 // decisionOf renders what s decides for r: for each limit its rule, key, numbers, ban,
@@ -28,6 +30,10 @@ func decisionOf(s *Snapshot, r Request) string {
 // state with the same changes applied. Overrides of every shape and type, on targets that
 // collide (same attribute, another rule; same id replaced), identities of every kind; the
 // requests name the values the state uses, and some it does not.
+// testIPs are the ip targets of TestPatchDecidesAsCompileWith: nested prefixes, so that the
+// longest-prefix order matters.
+var testIPs = []string{"10.0.0.1", "10.0.0.0/24", "10.0.0.0/8", "2001:db8::/32"}
+
 func TestPatchDecidesAsCompileWith(t *testing.T) {
 	f := mustFiles(t, `
 rules:
@@ -56,6 +62,14 @@ exemptions:
 				}
 				if o.Tenant+o.User+o.APIKey+o.Endpoint == "" {
 					o.Tenant = "t0"
+				}
+				switch rng.IntN(6) {
+				case 0: // an ip target stands alone
+					o = Override{IP: testIPs[rng.IntN(len(testIPs))], Source: SourceAPI, Reason: o.Reason}
+				case 1: // the key by its hash, as the abuse detector names it
+					if o.APIKey != "" {
+						o.APIKey, o.APIKeyHash = "", key.HashedAPIKey(o.APIKey)
+					}
 				}
 				if rng.IntN(3) == 0 {
 					o.Rule = []string{"per-user", "acme-only", "no-such-rule"}[rng.IntN(3)]
@@ -110,7 +124,8 @@ exemptions:
 			snap, _ := CompileWith(f, state(1), now)
 			var reqs []Request
 			for range 200 {
-				reqs = append(reqs, Request{Tenant: pick("t", 5), User: pick("u", 5), APIKey: pick("k", 5), Endpoint: fmt.Sprint("/e", rng.IntN(3)), Tier: pick("tier", 1)})
+				reqs = append(reqs, Request{Tenant: pick("t", 5), User: pick("u", 5), APIKey: pick("k", 5), Endpoint: fmt.Sprint("/e", rng.IntN(3)), Tier: pick("tier", 1),
+					IP: []string{"", "10.0.0.1", "10.0.0.9", "10.1.0.1", "2001:db8::1", "192.0.2.1"}[rng.IntN(6)]})
 			}
 			for v := int64(2); v < 40; v++ {
 				p := &StatePatch{Version: v}
@@ -137,6 +152,7 @@ exemptions:
 							o := randOverride(nextID)
 							nextID++
 							o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule = old.Tenant, old.User, old.APIKey, old.Endpoint, old.Rule
+							o.IP, o.APIKeyHash = old.IP, old.APIKeyHash
 							overrides[o.ID] = o
 							p.Overrides = append(p.Overrides, o)
 						}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ const (
 	shapeTenant
 	shapeUser
 	shapeAPIKey
+	// shapeIP is an address or CIDR target. It stands alone (no other attribute with it) and
+	// is the most specific single attribute: it names one client, or a few.
+	shapeIP
 )
 
 // moreSpecific reports whether an override of shape a beats one of shape b when both match a
@@ -41,11 +45,12 @@ func (a shape) moreSpecific(b shape) bool {
 // itself.
 type target struct {
 	tenant, user, endpoint, apiKey string
+	ip                             netip.Prefix // shapeIP alone
 }
 
 // singleIndex returns the index in Snapshot.single of a shape of one attribute, or -1.
 func singleIndex(sh shape) int {
-	if bits.OnesCount8(uint8(sh)) != 1 {
+	if sh == shapeIP || bits.OnesCount8(uint8(sh)) != 1 {
 		return -1
 	}
 	return bits.TrailingZeros8(uint8(sh))
@@ -133,8 +138,26 @@ func (s *Snapshot) compileOverride(o *Override, sources []string) (*compiledOver
 	if o.APIKey != "" {
 		c.apiKey = string(key.AppendSecret(nil, o.APIKey))
 	}
-	if c.shape == 0 {
-		bad("tenant", "an override needs a target: tenant, user, api_key or endpoint")
+	if o.APIKeyHash != "" {
+		if h, msg := apiKeyHash(o); msg != "" {
+			bad("api_key_hash", "%s", msg)
+		} else {
+			c.shape, c.apiKey = c.shape|shapeAPIKey, h
+		}
+	}
+	if o.IP != "" {
+		p, err := parsePrefix(o.IP)
+		switch {
+		case err != nil:
+			bad("ip", "%v", err)
+		case c.shape != 0:
+			bad("ip", "an ip override names no other target (tenant, user, api_key, api_key_hash, endpoint)")
+		default:
+			c.shape, c.ip = shapeIP, p
+		}
+	}
+	if c.shape == 0 && o.IP == "" && o.APIKeyHash == "" {
+		bad("tenant", "an override needs a target: tenant, user, api_key, api_key_hash, endpoint or ip")
 	}
 	for i, v := range [...]string{o.Tenant, o.User, o.APIKey, o.Endpoint} {
 		if len(v) > MaxAttribute {

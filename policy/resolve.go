@@ -199,6 +199,10 @@ func (s *Snapshot) BanFor(r *Request, now time.Time) (until time.Time, reason st
 func (s *Snapshot) matchOverrides(r *Request, dst [][]*compiledOverride, hash func(string) []byte) [][]*compiledOverride {
 	apiKey, hashed := "", false
 	for _, sh := range s.shapes {
+		if sh == shapeIP {
+			dst = s.matchIP(r.IP, dst)
+			continue
+		}
 		var t target
 		if sh&shapeTenant != 0 {
 			if r.Tenant == "" {

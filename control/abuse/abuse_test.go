@@ -95,7 +95,14 @@ func automatic(t *testing.T, s control.Store) map[string]control.Override {
 	}
 	out := map[string]control.Override{}
 	for _, o := range list {
-		out[o.Tenant+"|"+o.User] = o
+		switch {
+		case o.IP != "":
+			out["ip "+o.IP] = o
+		case o.APIKeyHash != "":
+			out["api_key "+o.APIKeyHash] = o
+		default:
+			out[o.Tenant+"|"+o.User] = o
+		}
 	}
 	return out
 }
@@ -145,6 +152,8 @@ func TestDetectorPenalizesNoisyTenants(t *testing.T) {
 				"noisy|": "automatic abuse detection: 90% throttled over 5m",
 				"multi|": "automatic abuse detection: 90% throttled over 5m",
 				"|bot":   "automatic abuse detection: 95% throttled over 5m",
+				// 100 throttled of 110 requests without a tenant, at least: 90%.
+				"ip 192.0.2.7": "automatic abuse detection: 90% throttled over 5m",
 			}
 			if len(got) != len(want) {
 				t.Errorf("automatic overrides: %v, want %v", keys(got), want)
@@ -164,30 +173,30 @@ func TestDetectorPenalizesNoisyTenants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(events) != 3 {
-				t.Errorf("%d audit events by abuse-detector, want 3: %+v", len(events), events)
+			if len(events) != 4 {
+				t.Errorf("%d audit events by abuse-detector, want 4: %+v", len(events), events)
 			}
 			for _, e := range events {
 				if e.Kind != control.KindOverride || e.Action != control.ActionCreate || !strings.HasPrefix(e.Reason, "automatic abuse detection: ") {
 					t.Errorf("audit event %+v", e)
 				}
 			}
-			// high: noisy, multi, bot, and the IP (which no override can name); medium: medium, edge.
-			checkCounts(t, n.m, map[string]float64{"high": 4, "medium": 2, "ok": 1, "applied": 3})
+			// high: noisy, multi, bot and the IP; medium: medium, edge.
+			checkCounts(t, n.m, map[string]float64{"high": 4, "medium": 2, "ok": 1, "applied": 4})
 
 			// The next run: the penalized are covered, the rest is flagged again; nothing new.
 			clock.Advance(time.Minute)
 			if s := n.det.Step(ctx); s != abuse.StatusOK {
 				t.Fatalf("second Step = %q", s)
 			}
-			if got := automatic(t, n.store); len(got) != 3 {
+			if got := automatic(t, n.store); len(got) != 4 {
 				t.Errorf("after the second run: %v", keys(got))
 			}
-			checkCounts(t, n.m, map[string]float64{"high": 5, "medium": 4, "ok": 2, "applied": 3})
+			checkCounts(t, n.m, map[string]float64{"high": 4, "medium": 4, "ok": 2, "applied": 4})
 
 			// The penalty expires on time: active until t0+5m, gone from then on.
 			clock.Advance(4*time.Minute - time.Microsecond)
-			if got := automatic(t, n.store); len(got) != 3 {
+			if got := automatic(t, n.store); len(got) != 4 {
 				t.Errorf("a microsecond before the end: %v", keys(got))
 			}
 			clock.Advance(time.Microsecond)

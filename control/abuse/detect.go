@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/internal/key"
 )
 
 // Target is what a share is computed for: a tenant, or for requests without a tenant one
@@ -51,9 +53,19 @@ func (t Target) compare(u Target) int {
 	return cmp.Or(cmp.Compare(tk, uk), strings.Compare(tv, uv))
 }
 
-// Penalizable reports whether an override can name the target: a tenant or a user. An API
-// key override takes the secret, which the counts never keep, and overrides have no IP.
-func (t Target) Penalizable() bool { return t.Tenant != "" || t.User != "" }
+// Penalizable reports whether an override can name the target: a tenant, a user, an API key
+// by its hash (as the counts keep it) or an IP address. An identity the counts hold in some
+// other form (a key not hashed, an address that does not parse) is flagged, not penalized.
+func (t Target) Penalizable() bool {
+	switch {
+	case t.Tenant != "" || t.User != "":
+		return true
+	case t.APIKey != "":
+		return key.IsHashedAPIKey(t.APIKey)
+	}
+	a, err := netip.ParseAddr(t.IP)
+	return err == nil && a.Zone() == ""
+}
 
 // identity is the target of a violation count without a tenant; zero when it names nobody.
 func identity(v control.ViolationCount) Target {
@@ -63,7 +75,8 @@ func identity(v control.ViolationCount) Target {
 	case v.APIKey != "":
 		return Target{APIKey: v.APIKey}
 	case v.IP != "":
-		return Target{IP: v.IP}
+		// In the form an ip override keeps it, so that one names the other (see covered).
+		return Target{IP: control.CanonicalIP(v.IP)}
 	}
 	return Target{}
 }
@@ -189,7 +202,7 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 	if len(candidates) == 0 {
 		return nil, nil
 	}
-	covered, err := d.covered(ctx, from)
+	covered, networks, err := d.covered(ctx, from)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +212,7 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 	var errs []error
 	penalties, skipped := 0, 0
 	for _, f := range candidates {
-		if covered[f.Target] {
+		if covered[f.Target] || inNetworks(f.Target, networks) {
 			continue
 		}
 		if f.Severity == SeverityHigh && f.Target.Penalizable() {
@@ -237,17 +250,23 @@ func (d *Detector) Detect(ctx context.Context) ([]Flag, error) {
 }
 
 // covered returns the targets to leave alone: those an active override names, whoever made
+// it (and the networks of active ip overrides: an address in one is covered too, or its
+// penalty, the longer prefix, would replace an operator's ban of the network for it),
 // it, and those whose last automatic penalty ended after from, so that the window holds none
 // of the requests the penalty itself throttled.
-func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool, error) {
+func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool, []netip.Prefix, error) {
 	active, err := d.o.Store.ListOverrides(ctx, control.OverrideFilter{})
 	if err != nil {
-		return nil, fmt.Errorf("abuse: list overrides: %w", err)
+		return nil, nil, fmt.Errorf("abuse: list overrides: %w", err)
 	}
 	covered := map[Target]bool{}
+	var networks []netip.Prefix
 	for _, o := range active {
 		if t, ok := overrideTarget(o); ok {
 			covered[t] = true
+		}
+		if p, err := netip.ParsePrefix(o.IP); err == nil && !p.IsSingleIP() {
+			networks = append(networks, p)
 		}
 	}
 	// A penalty that ends after from began after from-Penalty. The audit log is read rather
@@ -259,7 +278,7 @@ func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool
 	for {
 		events, err := d.o.Store.Audit(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("abuse: read past penalties: %w", err)
+			return nil, nil, fmt.Errorf("abuse: read past penalties: %w", err)
 		}
 		for _, e := range events {
 			var o control.Override
@@ -271,20 +290,52 @@ func (d *Detector) covered(ctx context.Context, from time.Time) (map[Target]bool
 			}
 		}
 		if len(events) < f.Limit {
-			return covered, nil
+			return covered, networks, nil
 		}
 		f.BeforeID = events[len(events)-1].ID
 	}
 }
 
+// inNetworks reports whether t is an address inside one of networks.
+func inNetworks(t Target, networks []netip.Prefix) bool {
+	if t.IP == "" || len(networks) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(t.IP)
+	if err != nil {
+		return false
+	}
+	for _, p := range networks {
+		if p.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
+}
+
 // overrideTarget is the target an override names exactly (its endpoint and rule aside): a
-// tenant alone or a user alone.
+// tenant alone, a user alone, an API key alone (by its hash, or the key hashed as the counts
+// keep it) or one IP address (a CIDR of one address included).
 func overrideTarget(o control.Override) (Target, bool) {
 	switch {
-	case o.APIKey != "":
-	case o.Tenant != "" && o.User == "":
+	case o.IP != "":
+		p, err := netip.ParsePrefix(o.IP)
+		if err == nil && p.IsSingleIP() {
+			return Target{IP: p.Addr().String()}, true
+		}
+		return Target{IP: o.IP}, true
+	case o.Tenant != "" && o.User != "":
+	case o.APIKey != "" || o.APIKeyHash != "":
+		if o.Tenant != "" || o.User != "" {
+			return Target{}, false
+		}
+		if o.APIKeyHash != "" {
+			return Target{APIKey: o.APIKeyHash}, true
+		}
+		return Target{APIKey: key.HashedAPIKey(o.APIKey)}, true
+	case o.Tenant != "":
 		return Target{Tenant: o.Tenant}, true
-	case o.User != "" && o.Tenant == "":
+	case o.User != "":
 		return Target{User: o.User}, true
 	}
 	return Target{}, false
@@ -296,7 +347,7 @@ func overrideTarget(o control.Override) (Target, bool) {
 func (d *Detector) penalize(ctx context.Context, f Flag) (control.Override, error) {
 	c := d.o.Config
 	o, err := d.o.Store.CreateOverride(ctx, control.Change{Actor: control.ActorAbuseDetector}, control.Override{
-		Tenant: f.Target.Tenant, User: f.Target.User,
+		Tenant: f.Target.Tenant, User: f.Target.User, APIKeyHash: f.Target.APIKey, IP: f.Target.IP,
 		Type: control.OverrideMultiplier, Value: c.Multiplier, ExpiresAt: d.now().Add(c.Penalty),
 		Reason: Reason(f.percent(), c.Window), Source: control.SourceAutomatic,
 	})
@@ -316,7 +367,7 @@ func (d *Detector) logFlag(f Flag) {
 		d.log.Warn("abuse detected: penalty applied", append(args, "override", f.Override.ID,
 			"multiplier", f.Override.Value, "expires_at", f.Override.ExpiresAt.Format(time.RFC3339))...)
 	case f.Severity == SeverityHigh:
-		d.log.Warn("abuse detected: no override can name this caller (an API key is kept hashed, an IP has no overrides); not penalized", args...)
+		d.log.Warn("abuse detected: no override can name this caller (an API key not hashed, an address that does not parse); not penalized", args...)
 	default:
 		d.log.Info("abuse suspected: throttled share above medium, below the threshold", args...)
 	}

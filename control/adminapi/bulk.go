@@ -31,17 +31,19 @@ type bundleDoc struct {
 
 // overrideDoc is an override as the export writes it: the body that creates it.
 type overrideDoc struct {
-	Tenant    string    `json:"tenant,omitempty"`
-	User      string    `json:"user,omitempty"`
-	APIKey    string    `json:"api_key,omitempty"`
-	Endpoint  string    `json:"endpoint,omitempty"`
-	Rule      string    `json:"rule,omitempty"`
-	Type      string    `json:"type"`
-	Value     float64   `json:"value,omitempty"`
-	Limit     int64     `json:"limit,omitempty"`
-	Burst     int64     `json:"burst,omitempty"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Reason    string    `json:"reason"`
+	Tenant     string    `json:"tenant,omitempty"`
+	User       string    `json:"user,omitempty"`
+	APIKey     string    `json:"api_key,omitempty"`
+	APIKeyHash string    `json:"api_key_hash,omitempty"`
+	IP         string    `json:"ip,omitempty"`
+	Endpoint   string    `json:"endpoint,omitempty"`
+	Rule       string    `json:"rule,omitempty"`
+	Type       string    `json:"type"`
+	Value      float64   `json:"value,omitempty"`
+	Limit      int64     `json:"limit,omitempty"`
+	Burst      int64     `json:"burst,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Reason     string    `json:"reason"`
 }
 
 type exemptionDoc struct {
@@ -109,7 +111,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if doc.Overrides, err = marshalAll(overrides, func(o *control.Override) any {
-		return overrideDoc{Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, Endpoint: o.Endpoint, Rule: o.Rule,
+		return overrideDoc{Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, APIKeyHash: o.APIKeyHash, IP: o.IP, Endpoint: o.Endpoint, Rule: o.Rule,
 			Type: string(o.Type), Value: o.Value, Limit: o.Limit, Burst: o.Burst, ExpiresAt: o.ExpiresAt.UTC(), Reason: o.Reason}
 	}); err != nil {
 		return err
@@ -304,7 +306,8 @@ func (s *Server) importOverride(r *http.Request, raw []byte, rules map[string]bo
 		return control.Override{}, err
 	}
 	o := control.Override{
-		Tenant: in.Tenant, User: in.User, APIKey: in.APIKey, Endpoint: in.Endpoint, Rule: in.Rule,
+		Tenant: in.Tenant, User: in.User, APIKey: in.APIKey, APIKeyHash: in.APIKeyHash, IP: in.IP,
+		Endpoint: in.Endpoint, Rule: in.Rule,
 		Type: control.OverrideType(in.Type), Value: in.Value, Limit: in.Limit, Burst: in.Burst,
 		ExpiresAt: expires, Reason: in.Reason, Source: control.SourceAPI,
 	}

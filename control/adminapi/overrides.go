@@ -71,18 +71,22 @@ func parseTime(field, s string) (time.Time, error) {
 
 // overrideIn is the body of POST /admin/v1/overrides.
 type overrideIn struct {
-	Tenant    string  `json:"tenant"`
-	User      string  `json:"user"`
-	APIKey    string  `json:"api_key"`
-	Endpoint  string  `json:"endpoint"`
-	Rule      string  `json:"rule"`
-	Type      string  `json:"type"`
-	Value     float64 `json:"value"`
-	Limit     int64   `json:"limit"`
-	Burst     int64   `json:"burst"`
-	ExpiresAt *string `json:"expires_at"`
-	TTL       *string `json:"ttl"`
-	Reason    string  `json:"reason"`
+	Tenant string `json:"tenant"`
+	User   string `json:"user"`
+	APIKey string `json:"api_key"`
+	// APIKeyHash and IP are the targets the abuse detector names callers by (an API key by
+	// its hash, as violations show it; an address or CIDR, alone).
+	APIKeyHash string  `json:"api_key_hash"`
+	IP         string  `json:"ip"`
+	Endpoint   string  `json:"endpoint"`
+	Rule       string  `json:"rule"`
+	Type       string  `json:"type"`
+	Value      float64 `json:"value"`
+	Limit      int64   `json:"limit"`
+	Burst      int64   `json:"burst"`
+	ExpiresAt  *string `json:"expires_at"`
+	TTL        *string `json:"ttl"`
+	Reason     string  `json:"reason"`
 }
 
 // overrideOut is an override answer.
@@ -135,7 +139,7 @@ func (s *Server) expiry(expiresAt, ttl *string) (time.Time, error) {
 // same way (a multiplier's bounds, a custom override's limit, an endpoint without wildcards).
 func checkOverride(o control.Override) error {
 	po := policy.Override{
-		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, Endpoint: o.Endpoint, Type: string(o.Type),
+		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, APIKeyHash: o.APIKeyHash, IP: o.IP, Endpoint: o.Endpoint, Type: string(o.Type),
 		Value: o.Value, Limit: o.Limit, Burst: o.Burst, ExpiresAt: o.ExpiresAt, Reason: o.Reason,
 	}
 	_, err := policy.Compile(&policy.Config{Overrides: []policy.Override{po}})
@@ -263,7 +267,8 @@ func (s *Server) createOverride(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	o := control.Override{
-		Tenant: in.Tenant, User: in.User, APIKey: in.APIKey, Endpoint: in.Endpoint, Rule: in.Rule,
+		Tenant: in.Tenant, User: in.User, APIKey: in.APIKey, APIKeyHash: in.APIKeyHash, IP: in.IP,
+		Endpoint: in.Endpoint, Rule: in.Rule,
 		Type: control.OverrideType(in.Type), Value: in.Value, Limit: in.Limit, Burst: in.Burst,
 		ExpiresAt: expires, Reason: in.Reason, Source: control.SourceAPI,
 	}

@@ -61,12 +61,14 @@ type overridePatch struct {
 	Burst     *int64   `json:"burst"`
 	Reason    *string  `json:"reason"`
 	// The target and the type may only be repeated.
-	Tenant   *string `json:"tenant"`
-	User     *string `json:"user"`
-	APIKey   *string `json:"api_key"`
-	Endpoint *string `json:"endpoint"`
-	Rule     *string `json:"rule"`
-	Type     *string `json:"type"`
+	Tenant     *string `json:"tenant"`
+	User       *string `json:"user"`
+	APIKey     *string `json:"api_key"`
+	APIKeyHash *string `json:"api_key_hash"`
+	IP         *string `json:"ip"`
+	Endpoint   *string `json:"endpoint"`
+	Rule       *string `json:"rule"`
+	Type       *string `json:"type"`
 }
 
 // applyOverridePatch returns cur with p applied; nulls are the members p set to null.
@@ -78,6 +80,7 @@ func (s *Server) applyOverridePatch(cur control.Override, p overridePatch, nulls
 		cur  string
 	}{
 		{"tenant", p.Tenant, cur.Tenant}, {"user", p.User, cur.User}, {"api_key", p.APIKey, cur.APIKey},
+		{"api_key_hash", p.APIKeyHash, cur.APIKeyHash}, {"ip", p.IP, cur.IP},
 		{"endpoint", p.Endpoint, cur.Endpoint}, {"rule", p.Rule, cur.Rule}, {"type", p.Type, string(cur.Type)},
 	} {
 		if err := fixed(f.name, f.got, nulls[f.name], f.cur, "override"); err != nil {

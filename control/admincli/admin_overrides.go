@@ -14,6 +14,8 @@ var overrideColumns = []column{
 	{"TENANT", "tenant", cellPlain},
 	{"USER", "user", cellPlain},
 	{"API_KEY", "api_key", cellPlain},
+	{"API_KEY_HASH", "api_key_hash", cellPlain},
+	{"IP", "ip", cellPlain},
 	{"ENDPOINT", "endpoint", cellPlain},
 	{"RULE", "rule", cellPlain},
 	{"VALUE", "value", cellPlain},
@@ -37,7 +39,7 @@ var exemptionColumns = []column{
 }
 
 func overridesCommand(o *adminOptions) *cobra.Command {
-	cmd := group("overrides", "Ban, throttle or raise the limits of a tenant, user, API key or endpoint for a while")
+	cmd := group("overrides", "Ban, throttle or raise the limits of a tenant, user, API key, IP or endpoint for a while")
 	list := o.listCommand("List the active overrides", adminPath("overrides"), "overrides", overrideColumns, "tenant", "user", "api-key", "source")
 	lf := list.Flags()
 	lf.String("tenant", "", "only overrides of this tenant")
@@ -50,12 +52,14 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 		Short: "Create an override; it expires after --ttl or at --expires-at",
 		Example: `  sluice admin overrides create --tenant acme --type ban --ttl 1h --reason "abuse ticket 42"
   sluice admin overrides create --api-key k-123 --type multiplier --value 0.1 --ttl 30m --reason "scraping"
+  sluice admin overrides create --api-key-hash '#0f1e...' --type ban --ttl 1h --reason "key seen in violations"
+  sluice admin overrides create --ip 203.0.113.0/24 --type ban --ttl 1h --reason "credential stuffing"
   sluice admin overrides create --tenant bigco --rule api-writes --type custom --limit 5000 --burst 500 \
       --expires-at 2026-12-31T00:00:00Z --reason "launch week"`,
 		Args: cobra.NoArgs,
 		RunE: o.run(func(cmd *cobra.Command, c *adminClient, _ []string) error {
 			var body object
-			if err := bodyFromFlags(cmd, &body, "tenant", "user", "api-key", "endpoint", "rule", "type", "value", "limit", "burst", "ttl", "expires-at", "reason"); err != nil {
+			if err := bodyFromFlags(cmd, &body, "tenant", "user", "api-key", "api-key-hash", "ip", "endpoint", "rule", "type", "value", "limit", "burst", "ttl", "expires-at", "reason"); err != nil {
 				return err
 			}
 			b, _ := json.Marshal(body)
@@ -70,6 +74,8 @@ func overridesCommand(o *adminOptions) *cobra.Command {
 	cf.String("tenant", "", "target tenant")
 	cf.String("user", "", "target user")
 	cf.String("api-key", "", "target API key")
+	cf.String("api-key-hash", "", "target API key by its hash, as violations and usage show it ('#' and 32 hex digits)")
+	cf.String("ip", "", "target IP address or CIDR, alone (no other target)")
 	cf.String("endpoint", "", "target endpoint (no wildcards)")
 	cf.String("rule", "", "only this rule (default: every rule)")
 	cf.String("type", "", "ban, multiplier, custom or warn")

@@ -229,7 +229,7 @@ func TestAdminCommands(t *testing.T) {
 	}
 	domainHeader := []string{"DOMAIN", "SOURCE", "UPDATED_BY", "UPDATED_AT"}
 	ruleHeader := []string{"NAME", "SOURCE", "ALGORITHM", "LIMIT", "PERIOD", "BURST", "KEY", "MATCH", "SHADOW", "UPDATED_AT"}
-	overrideHeader := []string{"ID", "SOURCE", "TYPE", "TENANT", "USER", "API_KEY", "ENDPOINT", "RULE", "VALUE", "LIMIT", "BURST", "EXPIRES_AT", "CREATED_BY", "REASON"}
+	overrideHeader := []string{"ID", "SOURCE", "TYPE", "TENANT", "USER", "API_KEY", "API_KEY_HASH", "IP", "ENDPOINT", "RULE", "VALUE", "LIMIT", "BURST", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	exemptionHeader := []string{"ID", "SOURCE", "API_KEY", "USER", "TENANT", "IP", "EXPIRES_AT", "CREATED_BY", "REASON"}
 	identityHeader := []string{"KIND", "VALUE", "TIER", "TENANT", "USER", "TRUST", "UPDATED_BY", "UPDATED_AT"}
 	tokenHeader := []string{"NAME", "ROLE", "CREATED_BY", "CREATED_AT", "EXPIRES_AT", "LAST_USED_AT"}

@@ -87,6 +87,7 @@ func Run(t *testing.T, h Harness) {
 		{"Overrides", testOverrides},
 		{"OverrideConflict", testOverrideConflict},
 		{"OverrideInvalid", testOverrideInvalid},
+		{"IdentityOverrides", testIdentityOverrides},
 		{"Escalation", testEscalation},
 		{"Exemptions", testExemptions},
 		{"OverridePatch", testOverridePatch},

@@ -44,7 +44,7 @@ func policyState(st *control.State) *policy.State {
 // API to check it as a compile would (policy.Snapshot.CheckOverride).
 func PolicyOverride(o *control.Override) policy.Override {
 	return policy.Override{
-		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, Endpoint: o.Endpoint, Rule: o.Rule,
+		Tenant: o.Tenant, User: o.User, APIKey: o.APIKey, APIKeyHash: o.APIKeyHash, IP: o.IP, Endpoint: o.Endpoint, Rule: o.Rule,
 		Type: string(o.Type), Value: o.Value, Limit: o.Limit, Burst: o.Burst,
 		ExpiresAt: o.ExpiresAt, Reason: o.Reason, Source: string(o.Source),
 	}

@@ -80,7 +80,7 @@ func TestMigrationsRaceAndRecord(t *testing.T) {
 			t.Errorf("Open %d: %v", i, err)
 		}
 	}
-	if got := query(t, url, "SELECT version::text || ' ' || name FROM schema_migrations ORDER BY version"); strings.Join(got, ",") != "1 control,2 events,3 escalation,4 node_stats,5 domains,6 change_index,7 token_expiry,8 revoked_tokens,9 decision_minutes" {
+	if got := query(t, url, "SELECT version::text || ' ' || name FROM schema_migrations ORDER BY version"); strings.Join(got, ",") != "1 control,2 events,3 escalation,4 node_stats,5 domains,6 change_index,7 token_expiry,8 revoked_tokens,9 decision_minutes,10 identity_overrides" {
 		t.Errorf("schema_migrations = %v", got)
 	}
 }
@@ -180,7 +180,7 @@ func TestOpenLazyWhileDown(t *testing.T) {
 		t.Fatalf("CreateRule once the database is up: %v", err)
 	}
 	expect(t, w, r.Version)
-	if got := query(t, url, "SELECT version::text || ' ' || name FROM schema_migrations ORDER BY version"); strings.Join(got, ",") != "1 control,2 events,3 escalation,4 node_stats,5 domains,6 change_index,7 token_expiry,8 revoked_tokens,9 decision_minutes" {
+	if got := query(t, url, "SELECT version::text || ' ' || name FROM schema_migrations ORDER BY version"); strings.Join(got, ",") != "1 control,2 events,3 escalation,4 node_stats,5 domains,6 change_index,7 token_expiry,8 revoked_tokens,9 decision_minutes,10 identity_overrides" {
 		t.Errorf("schema_migrations = %v", got)
 	}
 }

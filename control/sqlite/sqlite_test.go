@@ -76,8 +76,8 @@ func TestFileLayout(t *testing.T) {
 		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 	}
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 9 {
-		t.Errorf("schema_migrations has %d rows, %v; want 9", n, err)
+	if err := db.QueryRow("SELECT count(*) FROM schema_migrations").Scan(&n); err != nil || n != 10 {
+		t.Errorf("schema_migrations has %d rows, %v; want 10", n, err)
 	}
 	for _, table := range []string{"usage_minutes", "violation_minutes", "leases", "domains"} {
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {

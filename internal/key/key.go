@@ -152,10 +152,16 @@ func HashedAPIKey(apiKey string) string {
 	return string(AppendSecret(buf[:0], apiKey))
 }
 
+// IsHashedAPIKey reports whether v is in the form HashedAPIKey returns: '#' and 32 lowercase
+// hex digits.
+func IsHashedAPIKey(v string) bool {
+	return len(v) == 33 && v[0] == '#' && strings.Trim(v[1:], "0123456789abcdef") == ""
+}
+
 // APIKeyFilter turns a caller's api_key filter into what the counts keep: a hashed prefix
 // ('#' and 32 lowercase hex digits) is taken as it is, anything else is a key and is hashed.
 func APIKeyFilter(v string) string {
-	if len(v) == 33 && v[0] == '#' && strings.Trim(v[1:], "0123456789abcdef") == "" {
+	if IsHashedAPIKey(v) {
 		return v
 	}
 	return HashedAPIKey(v)

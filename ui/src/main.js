@@ -299,21 +299,21 @@ function Violations() {
   </section>`;
 }
 
-const target = (o) => ["tenant", "user", "api_key", "endpoint", "ip", "rule"].filter((k) => o[k]).map((k) => `${k}=${shown(o[k])}`).join(" ");
+const target = (o) => ["tenant", "user", "api_key", "api_key_hash", "endpoint", "ip", "rule"].filter((k) => o[k]).map((k) => `${k}=${shown(o[k])}`).join(" ");
 
 function Overrides() {
   const [{ data, error }, reload] = usePoll(() => apiList("overrides", "overrides"), 5000, []);
   const [ex, reloadEx] = usePoll(() => apiList("exemptions", "exemptions"), 5000, []);
   const [actError, setActError] = useState(null);
   const [done, setDone] = useState("");
-  const [f, set, setF] = useForm({ tenant: "", user: "", api_key: "", endpoint: "", rule: "", type: "ban", value: "", limit: "", burst: "", ttl: "1h", reason: "" });
+  const [f, set, setF] = useForm({ tenant: "", user: "", api_key: "", api_key_hash: "", ip: "", endpoint: "", rule: "", type: "ban", value: "", limit: "", burst: "", ttl: "1h", reason: "" });
   const [e, setE] = useForm({ kind: "api_key", value: "", reason: "", ttl: "" });
   const act = (p, msg) => p.then(() => { setActError(null); setDone(msg); reload(); reloadEx(); }, (err) => { setActError(err); setDone(""); });
 
   const create = (ev) => {
     ev.preventDefault();
     const body = { type: f.type, ttl: f.ttl, reason: f.reason };
-    for (const k of ["tenant", "user", "api_key", "endpoint", "rule"]) if (f[k]) body[k] = f[k];
+    for (const k of ["tenant", "user", "api_key", "api_key_hash", "ip", "endpoint", "rule"]) if (f[k]) body[k] = f[k];
     if (f.value !== "") body.value = Number(f.value);
     if (f.limit !== "") body.limit = Number(f.limit);
     if (f.burst !== "") body.burst = Number(f.burst);
@@ -347,6 +347,8 @@ function Overrides() {
       <${Field} id="ov-tenant" label="Tenant" value=${f.tenant} onInput=${set("tenant")} />
       <${Field} id="ov-user" label="User" value=${f.user} onInput=${set("user")} />
       <${Field} id="ov-api_key" label="API key" value=${f.api_key} onInput=${set("api_key")} />
+      <${Field} id="ov-api_key_hash" label="API key hash (#…, as violations show it)" value=${f.api_key_hash} onInput=${set("api_key_hash")} />
+      <${Field} id="ov-ip" label="IP or CIDR (alone)" value=${f.ip} onInput=${set("ip")} />
       <${Field} id="ov-endpoint" label="Endpoint" value=${f.endpoint} onInput=${set("endpoint")} />
       <${Field} id="ov-rule" label="Rule (optional)" value=${f.rule} onInput=${set("rule")} />
       <${Select} id="ov-type" label="Type" value=${f.type} onInput=${set("type")} options=${[["ban", "ban"], ["multiplier", "multiplier"], ["custom", "custom"], ["warn", "warn"]]} />

@@ -85,7 +85,8 @@ func note(r *control.ImportResult, action control.Action, kind control.Kind, key
 
 // overrideKey names an override's target as "tenant=a,user=b" with the fields it sets.
 func overrideKey(o control.Override) string {
-	return joinSet("tenant", o.Tenant, "user", o.User, "api_key", o.APIKey, "endpoint", o.Endpoint, "rule", o.Rule)
+	return joinSet("tenant", o.Tenant, "user", o.User, "api_key", o.APIKey, "api_key_hash", o.APIKeyHash, "ip", o.IP,
+		"endpoint", o.Endpoint, "rule", o.Rule)
 }
 
 // exemptionKey names the caller an exemption names.
@@ -240,7 +241,7 @@ func (s *Store) importOverrides(bt *bulkTx, b *control.Bundle, res *control.Impo
 		o.CreatedBy, o.CreatedAt, o.Version = t.ch.Actor, t.now, t.version
 		if err := bt.queryRow("OverrideInsert", key, o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule,
 			string(o.Type), o.Value, o.Limit, o.Burst, s.d.Time(o.ExpiresAt), o.Reason, string(o.Source),
-			o.CreatedBy, s.d.Time(o.CreatedAt), o.Version).Scan(&o.ID); err != nil {
+			o.CreatedBy, s.d.Time(o.CreatedAt), o.Version, o.IP, o.APIKeyHash).Scan(&o.ID); err != nil {
 			return err
 		}
 		action := control.ActionCreate

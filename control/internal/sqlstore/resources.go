@@ -131,7 +131,7 @@ func scanOverride(r *sql.Rows) (control.Override, error) {
 	var o control.Override
 	var typ, src string
 	err := r.Scan(&o.ID, &o.Tenant, &o.User, &o.APIKey, &o.Endpoint, &o.Rule, &typ, &o.Value, &o.Limit, &o.Burst,
-		ts{&o.ExpiresAt}, &o.Reason, &src, &o.CreatedBy, ts{&o.CreatedAt}, &o.Version)
+		ts{&o.ExpiresAt}, &o.Reason, &src, &o.CreatedBy, ts{&o.CreatedAt}, &o.Version, &o.IP, &o.APIKeyHash)
 	o.Type, o.Source = control.OverrideType(typ), control.Source(src)
 	return o, err
 }
@@ -139,7 +139,7 @@ func scanOverride(r *sql.Rows) (control.Override, error) {
 // targetKey is the unique key of an override's target: a hash, since the tuple can be longer
 // than an index entry. JSON encoding keeps ("a:b","c") and ("a","b:c") apart.
 func targetKey(o control.Override) string {
-	b, _ := json.Marshal([]string{o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule})
+	b, _ := json.Marshal(o.TargetTuple())
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -203,7 +203,7 @@ func (s *Store) CreateOverride(ctx context.Context, ch control.Change, o control
 		o.CreatedBy, o.CreatedAt, o.Version = ch.Actor, t.now, t.version
 		if err := t.tx.QueryRowContext(ctx, s.q["OverrideInsert"], key, o.Tenant, o.User, o.APIKey, o.Endpoint, o.Rule,
 			string(o.Type), o.Value, o.Limit, o.Burst, s.d.Time(o.ExpiresAt), o.Reason, string(o.Source),
-			o.CreatedBy, s.d.Time(o.CreatedAt), o.Version).Scan(&o.ID); err != nil {
+			o.CreatedBy, s.d.Time(o.CreatedAt), o.Version, o.IP, o.APIKeyHash).Scan(&o.ID); err != nil {
 			return err
 		}
 		action := control.ActionCreate

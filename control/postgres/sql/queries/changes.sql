@@ -6,7 +6,7 @@ SELECT version, kind, target, before FROM audit_events WHERE version > $1 ORDER 
 
 -- name: OverrideListSince
 SELECT id, tenant, user_name, api_key, endpoint, rule_name, type, value, limit_value, burst,
-       expires_at, reason, source, created_by, created_at, version
+       expires_at, reason, source, created_by, created_at, version, ip, api_key_hash
 FROM overrides WHERE version > $1 ORDER BY version;
 
 -- name: IdentityListSince

@@ -631,8 +631,12 @@ func regionsLatency(t *testing.T, s *regionSet) {
 	if g50 > l50+s.delay/2 {
 		t.Errorf("global p50 %v against per-region %v: a global decision waited on a peer", g50, l50)
 	}
-	if h50 < 2*s.delay || h50 > 4*s.delay {
-		t.Errorf("home p50 %v, want one round trip (%v) plus the decision, less than two", h50, 2*s.delay)
+	// A home decision takes one round trip at least. On an idle machine it takes less than two
+	// (the log line above); on a loaded one the proxies and race-built nodes queue for a CPU
+	// (272-362 ms were seen at load 12-30 against a 100-ms round trip), so the upper bound only
+	// catches a decision that waited out a deadline (the store's, 10 s here) or a retry.
+	if h50 < 2*s.delay || h50 > 2*s.delay+time.Second {
+		t.Errorf("home p50 %v, want one round trip (%v) plus the decision", h50, 2*s.delay)
 	}
 }
 

@@ -394,12 +394,16 @@ func regionsUnauthenticated(t *testing.T, s *regionSet) {
 
 // regionsAccuracy offers 3× the 1-minute limit (3,000) split 50/30/20 on the three sets at
 // once, starting early enough in a window to end 10 s before it: the limit is reached about
-// 20 s after the start. The load stops 6 s later: by then every region has seen the others' final counts and their rates
-// have decayed (time constant 0.5 s), so the window admits nothing more.
+// 20 s after the start. The load goes on 16 s more, as real demand would to the window's end:
+// regions near the limit take only their share of what is left (store/region's remote), so on
+// a busy machine, where syncs arrive a second late, the last units of the limit take seconds
+// to be admitted (with 6 s, 0.3-0.9% stayed unadmitted at load 26). By the end every region
+// has seen the others' final counts and their rates have decayed (time constant 0.5 s), so the
+// window admits nothing more.
 func regionsAccuracy(t *testing.T, sets []*regionSet) {
 	const (
 		limit = 3000
-		run   = 26 * time.Second
+		run   = 36 * time.Second
 	)
 	rate := 3 * float64(limit) / 60
 	// 10 s to spare: on a loaded machine the last calls may be answered late.
@@ -445,15 +449,15 @@ func regionsAccuracy(t *testing.T, sets []*regionSet) {
 		if failed > 0 {
 			continue
 		}
-		if over > 0.5 {
-			t.Errorf("delay %v: overage %.2f%%, want at most 0.5%%", s.delay, over)
+		if over > 0.1 {
+			t.Errorf("delay %v: overage %.2f%%, want at most 0.1%%", s.delay, over)
 		}
 		// Under-admission is judged only when the window saw the load press on the limit: a
 		// machine too loaded to send it in time leaves room that no region was asked to fill.
 		if in := inWindow(results[i]); in < limit*6/5 {
 			t.Logf("delay %v: only %d decisions in the window (the load fell behind): under-admission not judged", s.delay, in)
-		} else if under > 1 {
-			t.Errorf("delay %v: under-admission %.2f%%, want at most 1%%", s.delay, under)
+		} else if under > 0.5 {
+			t.Errorf("delay %v: under-admission %.2f%%, want at most 0.5%%", s.delay, under)
 		}
 	}
 }
@@ -516,15 +520,13 @@ func regionsPartition(t *testing.T, s *regionSet) {
 	t.Logf("partition of eu for 5 s: offered %d, admitted %d (us %d, eu %d, ap %d): overage %.2f%%, under-admission %.2f%%; converged %v after the heal (sync %v)",
 		offered, admitted, loads[0].admitted.Load(), loads[1].admitted.Load(), loads[2].admitted.Load(), over, under, took.Round(time.Millisecond), regionSync)
 	checkNoFailures(t, "partition", loads)
-	// Each side reserves the other's last rate while it hears nothing, so the window stays near
-	// the limit (region/sim_test.go's TestPartitionSimulation: within 1% wherever the cut falls).
-	// Before calls and dials gave up after a second, 2 of 7 runs on an overloaded machine
-	// admitted 13.4% over, their links stuck for about 6 s after the heal; since, 0 to 0.2%
-	// on a quiet machine, but 6.3% and 7.3% in CI runs on a loaded one (issue 32: the
-	// reservation does not yet cover a partitioned side's late syncs). The bound is 10% over
-	// until that is fixed; a side that stopped reserving would admit far more.
-	if over > 10 || under > 5 {
-		t.Errorf("partition: admitted %d of %d, want at most 10%% over and 5%% under", admitted, limit)
+	// Each side reserves the other's last rate while it hears nothing, and regions near the
+	// limit take only their share of what is left, so the window stays near the limit
+	// (store/region's TestPartitionSimulation: within 1% wherever the cut falls, on a busy
+	// machine's late syncs and bursts of load too). CI on loaded machines saw 6.3% and 7.3%
+	// over before the share (issue 32).
+	if over > 5 || under > 5 {
+		t.Errorf("partition: admitted %d of %d, want at most 5%% over and 5%% under", admitted, limit)
 	}
 	// A healed link reconnects within half a sync (gRPC's backoff is capped there) and syncs
 	// at once: about a sync on an idle machine. Race-built processes on two cores shared with

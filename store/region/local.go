@@ -175,6 +175,12 @@ func (r *Region) read(ctx context.Context, now int64) (uint64, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	t := &r.table
+	t.mu.Lock()
+	for k, lk := range l.keys {
+		r.noteOwn(k, &lk.st, max(lk.info.period, 1), now)
+	}
+	t.mu.Unlock()
 	return l.seq, nil
 }
 

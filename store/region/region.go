@@ -68,6 +68,8 @@ type Region struct {
 	reader Reader
 	now    func() time.Time
 	log    *slog.Logger
+	// noShare turns off remote's share of what is left: the simulation compares with it.
+	noShare bool
 
 	source atomic.Pointer[func() *policy.Snapshot]
 	rules  atomic.Pointer[ruleSet]

@@ -24,6 +24,10 @@ type table struct {
 type remoteKey struct {
 	per     []peerCount
 	updated int64 // µs, the last report of any peer
+	// own is this region's count as of its last read (the current window and the previous
+	// one), read at ownAt (µs), for sharing what is left of the limit (remote).
+	own   [2]windowCount
+	ownAt int64
 }
 
 // peerCount is one peer's reports of a key.
@@ -86,7 +90,17 @@ type peer struct {
 }
 
 // remote returns what the other regions take of key's limit at now: their last counts plus,
-// unless turned off, the reservation of their in-flight demand, rounded up.
+// unless turned off, the reservation of their in-flight demand, rounded up; and, when this
+// region and others admitted in this window, all but this region's share of what is left.
+//
+// The share is why the limit is met from below when syncs run late or demand comes in bursts
+// (a busy machine's senders fall behind, then catch up): regions near the limit see their
+// reservations of each other fade together, as their admitted rates do, and would each fill
+// the whole room left before hearing that the others did. Each takes 1/n of it per the time
+// its admissions take to be seen by the others instead, n counting the regions that admitted
+// in the window: what is left shrinks geometrically. A region that has not admitted in the
+// window yet, or whose peers have not, is not refilling anything: it keeps all that is left,
+// so a first burst there is not cut.
 func (r *Region) remote(key []byte, p *algorithm.Params, now int64) int64 {
 	t := &r.table
 	t.mu.RLock()
@@ -97,22 +111,64 @@ func (r *Region) remote(key []byte, p *algorithm.Params, now int64) int64 {
 	}
 	period := p.Period
 	start := now - now%period
+	f := float64(now-start) / float64(period)
 	sync := r.cfg.Sync.Microseconds()
 	var sum float64
+	active, horizon := 1, sync
 	for j := range rk.per {
 		pc := &rk.per[j]
-		sum += float64(pc.count(start))
+		c := pc.count(start)
+		unseen := r.unseen(r.peers[j], now, sync, start)
+		if c > 0 {
+			active++
+			horizon = max(horizon, unseen)
+		}
+		sum += float64(c)
 		if p.Kind == algorithm.SlidingWindowCounter {
-			f := float64(now-start) / float64(period)
 			sum += float64(pc.count(start-period)) * (1 - f)
 		}
 		if r.cfg.NoReservation || pc.rate <= 0 {
 			continue
 		}
-		sum += pc.rate * float64(r.unseen(r.peers[j], now, sync, start)) / 1e6
+		sum += pc.rate * float64(unseen) / 1e6
+	}
+	var own float64
+	ownAt := rk.ownAt
+	for _, w := range rk.own {
+		switch {
+		case w.start == start:
+			own += float64(w.count)
+		case w.start == start-period && p.Kind == algorithm.SlidingWindowCounter:
+			own += float64(w.count) * (1 - f)
+		}
 	}
 	t.mu.RUnlock()
-	return int64(math.Ceil(sum - 1e-9))
+	others := math.Ceil(sum - 1e-9)
+	if r.cfg.NoReservation || r.noShare || active == 1 || own <= 0 {
+		return int64(others)
+	}
+	left := float64(p.Limit) - own - others
+	if left <= 0 {
+		return int64(others)
+	}
+	// The share grows with the time since this region's count was read, to all of left/n a
+	// horizon after: a region whose reads run late (a busy machine) refills at the same pace
+	// as one whose reads are on time, instead of by one step per read. Rounded by where now
+	// falls in a sync interval rather than down: a share of less than one request is then
+	// taken as often as it adds up to one, and the limit's last requests are admitted, not left.
+	grown := min(1, float64(max(0, now-ownAt))/float64(horizon))
+	dither := float64(now%sync) / float64(sync)
+	return int64(others + left - math.Floor(left*grown/float64(active)+dither))
+}
+
+// noteOwn records the region's count of key as read at now, for remote's share: st is its
+// state, of a window of period. The table's lock is held.
+func (r *Region) noteOwn(key string, st *algorithm.State, period, now int64) {
+	rk := r.table.keys[key]
+	if rk == nil {
+		return
+	}
+	rk.own, rk.ownAt = [2]windowCount{{st.T, st.V}, {st.T - period, st.W}}, now
 }
 
 // unseen is how long the peer's admissions have gone unseen by the time a report now could

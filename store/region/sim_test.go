@@ -274,17 +274,7 @@ func TestLateSyncSimulation(t *testing.T) {
 		sync: 100 * time.Millisecond, delay: 50 * time.Millisecond, windows: 2, algoName: "fixed_window",
 		late: 500 * time.Millisecond, jitter: time.Second}
 	worst := func(configured bool) (maxOver, meanUnder float64) {
-		runs := 0
-		for seed := uint64(1); seed <= 3; seed++ {
-			c := base
-			c.seed, c.configured = seed, configured
-			for _, a := range simulate(t, c).admitted {
-				maxOver = max(maxOver, a-1)
-				meanUnder += max(0, 1-a)
-				runs++
-			}
-		}
-		return maxOver, meanUnder / float64(runs)
+		return worstWindows(t, base, []time.Duration{base.delay}, func(c *simConfig) { c.configured = configured })
 	}
 	over, under := worst(false)
 	oldOver, oldUnder := worst(true)
@@ -296,6 +286,25 @@ func TestLateSyncSimulation(t *testing.T) {
 	if oldOver < over+0.001 {
 		t.Errorf("the configured interval's overage %.2f%% is not visibly above the observed staleness's %.2f%%: the scenario does not exercise late syncs", 100*oldOver, 100*over)
 	}
+}
+
+// worstWindows simulates base with seeds 1-3 at each delay, set changing each run's config, and
+// returns the largest overage of any window and the mean under-admission, as fractions.
+func worstWindows(t *testing.T, base simConfig, delays []time.Duration, set func(*simConfig)) (maxOver, meanUnder float64) {
+	runs := 0
+	for seed := uint64(1); seed <= 3; seed++ {
+		for _, delay := range delays {
+			c := base
+			c.seed, c.delay = seed, delay
+			set(&c)
+			for _, a := range simulate(t, c).admitted {
+				maxOver = max(maxOver, a-1)
+				meanUnder += max(0, 1-a)
+				runs++
+			}
+		}
+	}
+	return maxOver, meanUnder / float64(runs)
 }
 
 // TestBusySimulation: on a busy machine the load itself comes in bursts as well (its senders
@@ -312,19 +321,7 @@ func TestBusySimulation(t *testing.T) {
 		sync: 100 * time.Millisecond, delay: 50 * time.Millisecond, windows: 2, algoName: "fixed_window",
 		late: 300 * time.Millisecond, jitter: 300 * time.Millisecond, stalls: time.Second}
 	worst := func(noShare bool) (maxOver, meanUnder float64) {
-		runs := 0
-		for seed := uint64(1); seed <= 3; seed++ {
-			for _, delay := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond} {
-				c := base
-				c.seed, c.noShare, c.delay = seed, noShare, delay
-				for _, a := range simulate(t, c).admitted {
-					maxOver = max(maxOver, a-1)
-					meanUnder += max(0, 1-a)
-					runs++
-				}
-			}
-		}
-		return maxOver, meanUnder / float64(runs)
+		return worstWindows(t, base, []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond}, func(c *simConfig) { c.noShare = noShare })
 	}
 	over, under := worst(false)
 	oldOver, oldUnder := worst(true)

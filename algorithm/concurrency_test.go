@@ -86,3 +86,19 @@ func TestSlots(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkSlotsAcquireRelease(b *testing.B) {
+	var s Slots
+	for i := 0; i < 8; i++ {
+		s.Acquire(string(rune('a'+i)), 0, 1e9, 16)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if !s.Acquire("x", 1, 1e9, 16) {
+			b.Fatal("refused")
+		}
+		if err := s.Release("x", 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

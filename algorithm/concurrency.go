@@ -1,6 +1,9 @@
 package algorithm
 
-import "errors"
+import (
+	"errors"
+	"math"
+)
 
 // ErrNoSlot is returned by Slots.Renew and Slots.Release for a lease id the set does not hold
 // (never acquired, already settled, or expired).
@@ -19,6 +22,19 @@ type Slot struct {
 // expiry) must match.
 type Slots struct {
 	In []Slot
+}
+
+// expiryAt returns now+ttl, saturated at math.MaxInt64 so a huge ttl holds the slot
+// (until settled) instead of wrapping negative and freeing it at once. A ttl of zero or
+// less expires at now, which holds nothing.
+func expiryAt(now, ttl int64) int64 {
+	if ttl <= 0 {
+		return now
+	}
+	if ttl > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + ttl
 }
 
 // expire drops the slots whose expiry is at or before now.
@@ -40,20 +56,23 @@ func (s *Slots) InFlight(now int64) int64 {
 }
 
 // Acquire takes a slot for id until now+ttl when fewer than limit are in flight at now and
-// reports whether it did. An id already holding a slot keeps it and has its expiry set to
+// reports whether it did. A ttl of zero or less takes nothing and reports false. An id already holding a slot keeps it and has its expiry set to
 // now+ttl (a retried acquire takes no second slot).
 func (s *Slots) Acquire(id string, now, ttl, limit int64) bool {
 	s.expire(now)
+	if ttl <= 0 {
+		return false
+	}
 	for i := range s.In {
 		if s.In[i].ID == id {
-			s.In[i].Expiry = now + ttl
+			s.In[i].Expiry = expiryAt(now, ttl)
 			return true
 		}
 	}
 	if int64(len(s.In)) >= limit {
 		return false
 	}
-	s.In = append(s.In, Slot{ID: id, Expiry: now + ttl})
+	s.In = append(s.In, Slot{ID: id, Expiry: expiryAt(now, ttl)})
 	return true
 }
 
@@ -62,7 +81,7 @@ func (s *Slots) Renew(id string, now, ttl int64) error {
 	s.expire(now)
 	for i := range s.In {
 		if s.In[i].ID == id {
-			s.In[i].Expiry = now + ttl
+			s.In[i].Expiry = expiryAt(now, ttl)
 			return nil
 		}
 	}

@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -54,6 +55,20 @@ func TestSlots(t *testing.T) {
 			{"release", "a", 2, 0, false, 0},
 			{"acquire", "b", 0, 10, true, 1},
 			{"renew", "b", 10, 100, false, 0},
+		}},
+		{"huge ttl saturates instead of wrapping", []step{
+			{"acquire", "a", 1000, math.MaxInt64, true, 1},
+			{"count", "", math.MaxInt64 - 1, 0, true, 1},
+			{"renew", "a", 2000, math.MaxInt64, true, 1},
+			{"count", "", math.MaxInt64 - 1, 0, true, 1},
+		}},
+		{"zero or negative ttl takes nothing", []step{
+			{"acquire", "a", 0, 0, false, 0},
+			{"acquire", "b", 0, -5, false, 0},
+		}},
+		{"renew to zero ttl frees the slot", []step{
+			{"acquire", "a", 0, 100, true, 1},
+			{"renew", "a", 10, 0, true, 0},
 		}},
 	}
 	for _, tt := range tests {

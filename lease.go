@@ -108,17 +108,18 @@ func (l *Limiter) Reserve(ctx context.Context, r *Request, ttl time.Duration, d 
 	if cost == 0 {
 		cost = 1
 	}
-	if err := l.decideLease(ctx, r, d, cost, true); err != nil {
-		return nil, err
-	}
-	if !d.Allowed {
-		return nil, nil
-	}
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, fmt.Errorf("reserve: lease id: %w", err)
 	}
 	id := leaseIDPrefix + hex.EncodeToString(raw[:])
+	// The lease id names the slot each concurrency limit takes: its settlement frees it.
+	if err := l.decideLease(ctx, r, d, cost, &leaseAsk{slot: []byte(id), ttl: ttl.Microseconds()}); err != nil {
+		return nil, err
+	}
+	if !d.Allowed {
+		return nil, nil
+	}
 	lease := &Lease{ID: id, Reserved: cost, ExpiresAt: l.now().Add(ttl), Tenant: d.tenant, l: l}
 	// A degraded decision was not the store's: it took nothing there to give back.
 	rec := d.leaseRecord(cost, d.Degraded || d.Exempt)
@@ -164,13 +165,23 @@ func (l *Limiter) Commit(ctx context.Context, tenant, id string, used int64) (Se
 		return Settlement{}, fmt.Errorf("commit: lease %s: %w", id, err)
 	}
 	s := Settlement{Lease: id, Reserved: rec.reserved, Used: firstUsed, Repeated: !first}
-	if !first || used == rec.reserved || len(rec.ops) == 0 {
+	if !first || len(rec.ops) == 0 {
 		return s, nil
 	}
+	ops, at := rec.ops[:0], rec.at[:0]
 	for i := range rec.ops {
-		rec.ops[i].Cost = rec.reserved - used
+		op := rec.ops[i]
+		if op.Params.Kind == algorithm.Concurrency {
+			op.Slot = []byte(id) // freed, whatever was used
+		} else if op.Cost = rec.reserved - used; op.Cost == 0 {
+			continue
+		}
+		ops, at = append(ops, op), append(at, rec.at[i])
 	}
-	if err := leaser.Adjust(ctx, rec.ops, rec.at); err != nil {
+	if len(ops) == 0 {
+		return s, nil
+	}
+	if err := leaser.Adjust(ctx, ops, at); err != nil {
 		// The lease is settled: a retry answers as this one and adjusts nothing, so what
 		// this one should have given back stays taken (quota lost, never double granted).
 		return s, fmt.Errorf("commit: lease %s settled, limits not adjusted: %w", id, err)
@@ -198,11 +209,31 @@ func (l *Limiter) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("renew: %w", err)
 	}
-	if err := leaser.RenewLease(ctx, storeLeaseID(tenant, id), ttl); err != nil {
+	raw, err := leaser.RenewLease(ctx, storeLeaseID(tenant, id), ttl)
+	if err != nil {
 		if errors.Is(err, store.ErrUnknownLease) || errors.Is(err, store.ErrLeaseSettled) {
 			return fmt.Errorf("lease %s of tenant %q: %w", id, tenant, err)
 		}
 		return fmt.Errorf("renew: %w", err)
+	}
+	rec, err := decodeLeaseRecord(raw)
+	if err != nil {
+		return fmt.Errorf("renew: lease %s: %w", id, err)
+	}
+	// The slots the lease holds live on as long as it does.
+	ops, at := rec.ops[:0], rec.at[:0]
+	for i := range rec.ops {
+		if rec.ops[i].Params.Kind == algorithm.Concurrency {
+			op := rec.ops[i]
+			op.Slot, op.SlotTTL = []byte(id), ttl.Microseconds()
+			ops, at = append(ops, op), append(at, rec.at[i])
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := leaser.Adjust(ctx, ops, at); err != nil {
+		return fmt.Errorf("renew: lease %s renewed, its slots not: %w", id, err)
 	}
 	return nil
 }

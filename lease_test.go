@@ -27,6 +27,7 @@ rules:
   - {name: fw, match: {endpoint: /fixed_window}, key: [user], algorithm: fixed_window, limit: 10, period: 1h}
   - {name: log, match: {endpoint: /sliding_window_log}, key: [user], algorithm: sliding_window_log, limit: 10, period: 1h}
   - {name: swc, match: {endpoint: /sliding_window_counter}, key: [user], algorithm: sliding_window_counter, limit: 10, period: 1h}
+  - {name: conc, match: {endpoint: /concurrency}, key: [user], algorithm: concurrency, limit: 2}
   - {name: global, key: [], algorithm: token_bucket, limit: 100000, period: 1h}
 `
 

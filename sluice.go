@@ -170,12 +170,20 @@ func (l *Limiter) Quota(ctx context.Context, r *Request, d *Decision) error {
 }
 
 func (l *Limiter) decide(ctx context.Context, r *Request, d *Decision, cost int64) error {
-	return l.decideLease(ctx, r, d, cost, false)
+	return l.decideLease(ctx, r, d, cost, nil)
 }
 
-// decideLease is decide; lease asks the store to decide in the shared store and to report
-// each op's instant (store.Batch.Lease, OpAt), for a reservation.
-func (l *Limiter) decideLease(ctx context.Context, r *Request, d *Decision, cost int64, lease bool) error {
+// leaseAsk is what a reservation asks of a decision: the lease id that names the slots its
+// concurrency limits take, and their ttl (µs).
+type leaseAsk struct {
+	slot []byte
+	ttl  int64
+}
+
+// decideLease is decide; a lease asks the store to decide in the shared store, to report
+// each op's instant (store.Batch.Lease, OpAt) and to take a slot of each concurrency limit,
+// for a reservation.
+func (l *Limiter) decideLease(ctx context.Context, r *Request, d *Decision, cost int64, lease *leaseAsk) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
@@ -244,6 +252,10 @@ func (l *Limiter) decideLease(ctx context.Context, r *Request, d *Decision, cost
 		}
 		op := &d.ops[nops]
 		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = lim.Key, lim.Params, opCost, lim.Rule.Shadow || l.shadow, false
+		op.Slot, op.SlotTTL = nil, 0
+		if lease != nil && lim.Params.Kind == algorithm.Concurrency {
+			op.Slot, op.SlotTTL = lease.slot, lease.ttl // the reservation's slot
+		}
 		d.opLimit[nops] = i
 		nops++
 	}
@@ -254,7 +266,7 @@ func (l *Limiter) decideLease(ctx context.Context, r *Request, d *Decision, cost
 	d.ops = d.ops[:nops]
 	d.algo = resize(d.algo, nops)
 	d.batch = store.Batch{Ops: d.ops}
-	if lease {
+	if lease != nil {
 		d.opAt = resize(d.opAt, len(d.ops))
 		d.batch.Lease, d.batch.OpAt = true, d.opAt
 	}
@@ -352,6 +364,7 @@ func (d *Decision) addCounters(limits []policy.Limit, nops int, opCost int64) in
 		end := d.counterEnd[j]
 		op := &d.ops[nops]
 		op.Key, op.Params, op.Cost, op.Shadow, op.Counter = d.counterKey[start:end:end], limits[n].Rule.BurstParams(), cost, false, true
+		op.Slot, op.SlotTTL = nil, 0
 		start = end
 		nops++
 	}

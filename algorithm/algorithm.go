@@ -9,6 +9,7 @@ package algorithm
 //	sliding_window_counter T = window start (µs),   V = current count, W = previous count,
 //	                       Log = buckets of the admissions in the last period (what it decides on)
 //	sliding_window_log     V = sum of Log costs,    Log = entries in (now-P, now]
+//	concurrency            Log.Slots = the leases in flight (see TakeSlot)
 //
 // The zero State is a fresh key: a full bucket or an empty window. A sliding_window_counter keeps
 // T, V and W, which it no longer decides on, for the region sync (store.StateReader).
@@ -26,6 +27,8 @@ type Log struct {
 	Buckets []Bucket
 	TickExp int64
 	arrays  bucketArrays
+	// Slots are a concurrency key's leases in flight.
+	Slots []Slot
 }
 
 // bucketArrays are the arrays of CounterSlots buckets a counter's Buckets lie in. Commit prunes
@@ -157,6 +160,8 @@ func decide(p *Params, s *State, now, cost int64, r *Result) {
 		p.slidingCounter(s, now, cost, r)
 	case SlidingWindowLog:
 		p.slidingLog(s, now, cost, r)
+	case Concurrency:
+		p.concurrency(s, now, cost, r)
 	}
 }
 
@@ -256,6 +261,7 @@ func Take(p *Params, s *State, now, cost int64, r *Result) (idleAt int64, commit
 
 // Undo remembers a State before Commit so that a batch whose sibling limit denies can put it back.
 type Undo struct {
+	slots      []Slot
 	state      State
 	entries    []Entry
 	last       Entry
@@ -274,7 +280,7 @@ func (u *Undo) Save(s *State) {
 		if n := len(u.entries); n > 0 {
 			u.last = u.entries[n-1]
 		}
-		u.buckets, u.tickExp, u.arrays = s.Log.Buckets, s.Log.TickExp, s.Log.arrays
+		u.buckets, u.tickExp, u.arrays, u.slots = s.Log.Buckets, s.Log.TickExp, s.Log.arrays, s.Log.Slots
 		if n := len(u.buckets); n > 0 {
 			u.lastBucket = u.buckets[n-1]
 		}
@@ -299,6 +305,8 @@ func (u *Undo) Restore(s *State) {
 	}
 	// Likewise for a counter's buckets: Commit merges into the last one in place, and appends
 	// or rebuilds beyond what the saved slice sees.
+	// TakeSlot appends beyond what the saved slice sees, or rewrites the expiry of a retried id.
+	log.Slots = u.slots
 	cur := log.arrays
 	log.Buckets, log.TickExp, log.arrays = u.buckets, u.tickExp, u.arrays
 	if cap(log.arrays.spare) == 0 {

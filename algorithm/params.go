@@ -24,6 +24,9 @@ const (
 	FixedWindow
 	SlidingWindowLog
 	SlidingWindowCounter
+	// Concurrency limits leases in flight rather than a rate: nothing refills with time
+	// (see TakeSlot).
+	Concurrency
 )
 
 var kindNames = [...]string{
@@ -33,9 +36,11 @@ var kindNames = [...]string{
 	FixedWindow:          "fixed_window",
 	SlidingWindowLog:     "sliding_window_log",
 	SlidingWindowCounter: "sliding_window_counter",
+	Concurrency:          "concurrency",
 }
 
-// Kinds lists every algorithm, in a stable order.
+// Kinds lists every rate algorithm, in a stable order: Concurrency, which limits leases in
+// flight rather than a rate, is not one of them.
 var Kinds = []Kind{TokenBucket, GCRA, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
 
 // String returns the configuration name of k, such as "token_bucket".
@@ -56,7 +61,10 @@ func ParseKind(s string) (Kind, error) {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter)", s)
+	if s == kindNames[Concurrency] {
+		return Concurrency, nil
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_window_log, sliding_window_counter, concurrency)", s)
 }
 
 // Bounds on parameters. exactBound keeps every intermediate product exact in a float64 (2^53)
@@ -96,7 +104,7 @@ type Params struct {
 // limit denies empties what is left of it (Drain), so a client that bursts past the limit
 // waits for a full refill. The bucket algorithms, fixed_window and sliding_window_log take it.
 func (p Params) WithDrain() (Params, error) {
-	if p.Kind == SlidingWindowCounter || p.Kind == 0 || int(p.Kind) >= len(kindNames) {
+	if p.Kind == SlidingWindowCounter || p.Kind == Concurrency || p.Kind == 0 || int(p.Kind) >= len(kindNames) {
 		return Params{}, fmt.Errorf("%w: on_deny drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", ErrParams, p.Kind)
 	}
 	p.drain = true
@@ -132,6 +140,13 @@ func NewParams(kind Kind, n, b int64, period time.Duration) (Params, error) {
 	}
 	if n < 0 || n > MaxLimit {
 		return Params{}, fmt.Errorf("%w: limit %d out of range [0, %d]", ErrParams, n, int64(MaxLimit))
+	}
+	if kind == Concurrency {
+		// Leases in flight: no period, nothing refilling, counted in µs.
+		if period != 0 {
+			return Params{}, fmt.Errorf("%w: concurrency takes no period (nothing refills with time), got %s", ErrParams, period)
+		}
+		return Params{Kind: kind, Limit: n, Burst: n, tick: 1}, nil
 	}
 	if period < MinPeriod || period > MaxPeriod {
 		return Params{}, fmt.Errorf("%w: period %s out of range [%s, %s]", ErrParams, period, MinPeriod, MaxPeriod)

@@ -454,7 +454,7 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	case "":
 	case "drain":
 		drain = true
-		if kind == algorithm.SlidingWindowCounter {
+		if kind == algorithm.SlidingWindowCounter || kind == algorithm.Concurrency {
 			bad("on_deny", "drain applies to token_bucket, gcra, leaky_bucket, fixed_window and sliding_window_log, not %s", kind)
 			drain = false
 		}
@@ -478,6 +478,11 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 	cals := compileCalendar(r, kind, bad)
 	var cal *algorithm.Calendar
 	switch {
+	case kind == algorithm.Concurrency:
+		// Leases in flight: nothing refills with time.
+		if period != 0 {
+			periodOK = &FieldError{Field: "period", Msg: "not taken by concurrency: it limits leases in flight, and nothing refills with time"}
+		}
 	case period == 0:
 		periodOK = &FieldError{Field: "period", Msg: "required (e.g. 1s, 1m, 1h, 1d)", ifGiven: checkPeriod("period", 0).(*FieldError).Msg}
 	case cals != nil:
@@ -565,7 +570,10 @@ func compileRule(r *Rule, order int) (*CompiledRule, []error) {
 		}
 		if t.Period != nil {
 			tp = time.Duration(*t.Period)
-			if cals != nil {
+			if kind == algorithm.Concurrency {
+				bad(path+".period", "not taken by concurrency: it limits leases in flight")
+				tierOK = false
+			} else if cals != nil {
 				var ok bool
 				tcal, tp, ok = cals.period(path+".period", tp, bad)
 				tierOK = tierOK && ok

@@ -28,6 +28,10 @@ func compileRegions(rule, v string, kind algorithm.Kind, bad func(field, format 
 	switch {
 	case v == "":
 		return RegionLocal, ""
+	case kind == algorithm.Concurrency:
+		// A slot is a lease held in one store: regions share counts, not leases.
+		bad("regions", "rule %q: concurrency limits are per region (regions share counts, not leases)", rule)
+		return RegionLocal, ""
 	case v == "global":
 		if kind != 0 && kind != algorithm.FixedWindow && kind != algorithm.SlidingWindowCounter {
 			bad("regions", "rule %q: global needs a window algorithm (fixed_window or sliding_window_counter), not %s", rule, kind)

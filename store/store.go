@@ -50,6 +50,12 @@ type Op struct {
 	// the batch, but what one allows it consumes whatever the other ops decide, so a denied
 	// request is counted too. A counter op's key is its own: no other op of the batch names it.
 	Counter bool
+	// Slot, on a concurrency op (algorithm.Concurrency), names the lease whose slot it
+	// takes when allowed (Apply: until SlotTTL µs from the store's now), renews to SlotTTL
+	// from now (Leaser.Adjust with SlotTTL > 0) or frees (Adjust with SlotTTL 0). A
+	// concurrency op without one only asks whether a slot is free (a check, a quota look).
+	Slot    []byte
+	SlotTTL int64
 }
 
 // Binding reports whether op's denial denies its batch: it is neither a shadow nor a counter.
@@ -185,9 +191,10 @@ type Leaser interface {
 	// used of the first, with first unset. A lease the store does not hold (never issued,
 	// expired) is ErrUnknownLease.
 	SettleLease(ctx context.Context, id []byte, used int64) (rec []byte, firstUsed int64, first bool, err error)
-	// RenewLease sets an unsettled lease's expiry to ttl from now. A settled lease is
+	// RenewLease sets an unsettled lease's expiry to ttl from now and returns its record
+	// (the caller renews what the lease holds, a concurrency slot). A settled lease is
 	// ErrLeaseSettled, one the store does not hold ErrUnknownLease.
-	RenewLease(ctx context.Context, id []byte, ttl time.Duration) error
+	RenewLease(ctx context.Context, id []byte, ttl time.Duration) (rec []byte, err error)
 	// Adjust settles a reservation on its limits: each op's Cost > 0 gives that much back of
 	// what the reservation consumed at instant at[i] (Batch.OpAt), a Cost < 0
 	// takes that much more even past the limit (algorithm.Adjust). Ops are adjusted all

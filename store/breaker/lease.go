@@ -60,15 +60,16 @@ func (s *Store) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
 
 // RenewLease renews a lease in the store within the deadline, unless the breaker is open. An
 // unknown or settled lease is the caller's mistake, never counted against the store.
-func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) (rec []byte, err error) {
 	l, err := store.AsLeaser(s.inner)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var mistake error
 	_, err = s.cb.Execute(func() (bool, error) {
 		return s.call(ctx, func(call context.Context) (bool, error) {
-			err := l.RenewLease(call, id, ttl)
+			var err error
+			rec, err = l.RenewLease(call, id, ttl)
 			if err == store.ErrUnknownLease || err == store.ErrLeaseSettled {
 				mistake = err
 				return false, nil
@@ -77,7 +78,7 @@ func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) er
 		})
 	})
 	if mistake != nil && err == nil {
-		return mistake
+		return nil, mistake
 	}
-	return wrap(err)
+	return rec, wrap(err)
 }

@@ -132,7 +132,10 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 	}
 	if s.sampled.Add(1)%sampleEvery == 0 {
 		for i := range b.Ops {
-			s.sketch.Add(b.Ops[i].Key)
+			// A concurrency key is never hot: its slots are leases only the store holds.
+			if b.Ops[i].Params.Kind != algorithm.Concurrency {
+				s.sketch.Add(b.Ops[i].Key)
+			}
 		}
 	}
 	var hot [maxLocalOps]*hotKey

@@ -54,19 +54,19 @@ func (s *Store) SettleLease(_ context.Context, id []byte, used int64) ([]byte, i
 }
 
 // RenewLease sets an unsettled lease's expiry to ttl from now (store.Leaser).
-func (s *Store) RenewLease(_ context.Context, id []byte, ttl time.Duration) error {
+func (s *Store) RenewLease(_ context.Context, id []byte, ttl time.Duration) ([]byte, error) {
 	now := s.clock()
 	s.leases.mu.Lock()
 	defer s.leases.mu.Unlock()
 	l := s.leases.m[string(id)]
 	switch {
 	case l == nil || l.until <= now:
-		return store.ErrUnknownLease
+		return nil, store.ErrUnknownLease
 	case l.settled:
-		return store.ErrLeaseSettled
+		return nil, store.ErrLeaseSettled
 	}
 	l.until = now + ttl.Microseconds()
-	return nil
+	return l.rec, nil
 }
 
 // LiveLeases returns how many leases the store holds that have not expired, settled or not.
@@ -128,7 +128,13 @@ func (s *Store) Adjust(_ context.Context, ops []store.Op, at []int64) error {
 		if root.e == nil {
 			continue
 		}
-		idle, ok := algorithm.Adjust(ops[i].Params, stateOf(ps, i), now, at[i], ops[i].Cost)
+		var idle int64
+		var ok bool
+		if ops[i].Params.Kind == algorithm.Concurrency {
+			idle, ok = algorithm.SettleSlot(stateOf(ps, i), now, string(ops[i].Slot), ops[i].SlotTTL)
+		} else {
+			idle, ok = algorithm.Adjust(ops[i].Params, stateOf(ps, i), now, at[i], ops[i].Cost)
+		}
 		if ok {
 			root.dirty, root.idleAt = true, max(root.idleAt, idle)
 		}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,7 +238,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch, results []algorithm.Res
 }
 
 func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
-	if len(ops) == 1 {
+	if len(ops) == 1 && ops[0].Params.Kind != algorithm.Concurrency {
 		s.applyOne(&ops[0], &results[0], now)
 		return
 	}
@@ -264,7 +265,19 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			allowed = allowed && !op.Binding()
 			continue
 		}
-		if op.Cost > 0 {
+		if op.Cost > 0 && op.Params.Kind == algorithm.Concurrency {
+			// A slot is taken for a lease that names it; without one the op only asked.
+			if op.Slot != nil {
+				p.undo.Save(st)
+				p.commit = true
+				idle := algorithm.TakeSlot(st, now, string(op.Slot), op.SlotTTL)
+				root := p
+				if p.alias >= 0 {
+					root = &ps[p.alias]
+				}
+				root.dirty, root.idleAt = true, max(root.idleAt, idle)
+			}
+		} else if op.Cost > 0 {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling
 			// denies (the log's entries are shared with the entry; the rest is a copy). A
 			// counter counts whatever its siblings decide: its commit is never undone.
@@ -466,6 +479,11 @@ func (e *entry) load(kind algorithm.Kind, now int64, st *algorithm.State) {
 			e.log = &algorithm.Log{}
 		}
 		st.Log = e.log
+	}
+	if kind == algorithm.Concurrency && e.log != nil {
+		// Decide drops expired slots in place and TakeSlot appends: neither may reach the
+		// stored slots unless the batch commits.
+		st.Log = &algorithm.Log{Slots: slices.Clone(e.log.Slots)}
 	}
 	if kind == algorithm.SlidingWindowLog && e.log != nil {
 		// The working copy gets its own header: Decide prunes by reslicing it, which must

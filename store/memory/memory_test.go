@@ -597,6 +597,13 @@ func FuzzReadSnapshot(f *testing.F) {
 	for _, k := range algorithm.Kinds {
 		apply(f, s, op(k.String(), params(f, k, 10, time.Minute), 2))
 	}
+	slots, err := algorithm.NewParams(algorithm.Concurrency, 4, 0, 0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	slot := op("jobs", &slots, 1)
+	slot.Slot, slot.SlotTTL = []byte("ls_1"), 60_000_000
+	apply(f, s, slot)
 	s.Apply(context.Background(), idemBatch("req-1", op("k", params(f, algorithm.GCRA, 10, time.Minute), 1)), make([]algorithm.Result, 1))
 	path := filepath.Join(f.TempDir(), "seed.snap")
 	if err := s.WriteSnapshot(path); err != nil {
@@ -611,6 +618,7 @@ func FuzzReadSnapshot(f *testing.F) {
 		for _, k := range algorithm.Kinds {
 			apply(t, s, op(k.String(), params(t, k, 10, time.Minute), 1))
 		}
+		apply(t, s, slot)
 	})
 }
 
@@ -791,5 +799,45 @@ func TestSnapshotKeepsFingerprints(t *testing.T) {
 	}
 	if n := s3.idemRecords(); n != 0 {
 		t.Errorf("earlier snapshot: %d idempotency records kept, want 0 (unbound)", n)
+	}
+}
+
+// TestSnapshotKeepsSlots: a concurrency key's leases in flight survive a restart, each
+// returning at its own expiry afterwards.
+func TestSnapshotKeepsSlots(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	path := filepath.Join(t.TempDir(), "state.snap")
+	s := newStore(c, WithSnapshot(path, 0))
+	p, err := algorithm.NewParams(algorithm.Concurrency, 3, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ttl := range []int64{1_000_000, 5_000_000} {
+		o := op("jobs", &p, 1)
+		o.Slot, o.SlotTTL = []byte{'a' + byte(i)}, ttl
+		if r := apply(t, s, o)[0]; !r.Allowed {
+			t.Fatalf("slot %d: %+v", i, r)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newStore(c, WithSnapshot(path, 0))
+	defer s2.Close()
+	if r := apply(t, s2, op("jobs", &p, 0))[0]; r.Remaining != 1 {
+		t.Fatalf("after restart: %d slots free, want 1", r.Remaining)
+	}
+	c.Add(time.Second)
+	if r := apply(t, s2, op("jobs", &p, 0))[0]; r.Remaining != 2 {
+		t.Fatalf("at the first slot's expiry: %d free, want 2", r.Remaining)
+	}
+	b := []store.Op{op("jobs", &p, 0)}
+	b[0].Slot = []byte{'b'}
+	if err := s2.Adjust(context.Background(), b, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	if r := apply(t, s2, op("jobs", &p, 0))[0]; r.Remaining != 3 {
+		t.Fatalf("the second slot freed after restart: %d free, want 3", r.Remaining)
 	}
 }

@@ -149,13 +149,23 @@ func encodeBucket(dst []byte, k string, e *entry) []byte {
 	}
 	// A sliding_window_counter's buckets follow, when it has any: a record without them (as
 	// earlier versions wrote) reads as none.
-	if e.log != nil && len(e.log.Buckets) > 0 {
+	if e.log != nil && (len(e.log.Buckets) > 0 || len(e.log.Slots) > 0) {
 		dst = binary.AppendVarint(dst, e.log.TickExp)
 		dst = binary.AppendUvarint(dst, uint64(len(e.log.Buckets)))
 		for _, b := range e.log.Buckets {
 			dst = binary.AppendVarint(dst, b.First)
 			dst = binary.AppendVarint(dst, b.Last)
 			dst = binary.AppendVarint(dst, b.Count)
+		}
+	}
+	// A concurrency key's slots follow the (then empty) buckets: leases in flight survive
+	// a restart, as counts do.
+	if e.log != nil && len(e.log.Slots) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(e.log.Slots)))
+		for _, sl := range e.log.Slots {
+			dst = binary.AppendUvarint(dst, uint64(len(sl.ID)))
+			dst = append(dst, sl.ID...)
+			dst = binary.AppendVarint(dst, sl.Expiry)
 		}
 	}
 	return dst
@@ -486,6 +496,19 @@ func (s *Store) loadBucket(b []byte, now int64) error {
 				bs[i] = algorithm.Bucket{First: d.varint(), Last: d.varint(), Count: d.varint()}
 			}
 			log.SetBuckets(bs, exp)
+		}
+	}
+	if len(d.b) > 0 {
+		if n := d.uvarint(); n > uint64(len(d.b))/2 {
+			d.fail()
+		} else if n > 0 {
+			if log == nil {
+				log = &algorithm.Log{}
+			}
+			log.Slots = make([]algorithm.Slot, n)
+			for i := range log.Slots {
+				log.Slots[i] = algorithm.Slot{ID: string(d.bytes(d.uvarint())), Expiry: d.varint()}
+			}
 		}
 	}
 	if d.err != nil {

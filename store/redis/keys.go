@@ -44,8 +44,8 @@ func (s *Store) group(b *store.Batch, sc *scratch) []group {
 		var state, log string
 		state, log, arena = redisKeys(arena, s.prefix, op.Key)
 		g.keys = append(g.keys, state)
-		if op.Params.Kind == algorithm.SlidingWindowLog {
-			g.keys = append(g.keys, log)
+		if op.Params.Kind == algorithm.SlidingWindowLog || op.Params.Kind == algorithm.Concurrency {
+			g.keys = append(g.keys, log) // a concurrency key's slots are a sorted set there
 		}
 		g.args = append(g.args, s.opString(op))
 	}
@@ -226,10 +226,22 @@ func (s *Store) nodeNow() int64 {
 
 // opString is op as the scripts read it (see parse_op): the limit's parameters, its cost and
 // its mode (0 binding, 1 shadow, 2 counter, 3 binding that drains on deny) in one string, formatted once per distinct op;
-// then, for a calendar window, the four bounds of its table (algorithm.CalendarBounds).
+// then, for a calendar window, the four bounds of its table (algorithm.CalendarBounds); then,
+// for a concurrency op that names a lease, "|ttl|id".
 // One string rather than three: each ARGV value costs Redis a string object and a Lua string,
 // and the script one more conversion.
 func (s *Store) opString(op *store.Op) string {
+	str := s.limitString(op)
+	if op.Slot != nil && op.Params.Kind == algorithm.Concurrency {
+		// The lease whose slot the op takes, renews or frees (see parse_op_slot): never
+		// cached, as lease ids never repeat.
+		return str + "|" + strconv.FormatInt(max(0, op.SlotTTL), 10) + "|" + string(op.Slot)
+	}
+	return str
+}
+
+// limitString is opString without a lease's slot.
+func (s *Store) limitString(op *store.Op) string {
 	k := opKey{params: *op.Params, cost: op.Cost}
 	if cal := op.Params.Calendar(); cal != nil {
 		k.bounds = cal.Bounds(s.nodeNow())

@@ -76,25 +76,35 @@ func (s *Store) SettleLease(ctx context.Context, id []byte, used int64) ([]byte,
 
 // RenewLease sets an unsettled lease's expiry to ttl from now (store.Leaser), in one script
 // call on the record's slot.
-func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) ([]byte, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	exec := rueidis.LuaExec{Keys: []string{s.leaseKey(id)}, Args: []string{strconv.FormatInt(max(1, ttl.Milliseconds()), 10)}}
 	replies, err := s.do(ctx, renewScript, renewFunction, []rueidis.LuaExec{exec}, nil)
 	if err != nil {
-		return fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
 	}
-	status, err := replies[0].AsInt64()
+	msgs, err := replies[0].ToArray()
+	if err != nil || len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: redis renew lease: %v", store.ErrUnavailable, err)
+	}
+	status, err := msgs[0].AsInt64()
 	if err != nil {
-		return fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
 	}
-	switch status {
-	case 0:
-		return store.ErrUnknownLease
-	case 2:
-		return store.ErrLeaseSettled
+	switch {
+	case status == 0:
+		return nil, store.ErrUnknownLease
+	case status == 2:
+		return nil, store.ErrLeaseSettled
+	case len(msgs) != 2:
+		return nil, fmt.Errorf("%w: redis renew lease: script answered %d values", store.ErrUnavailable, len(msgs))
 	}
-	return nil
+	rec, err := msgs[1].ToString()
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis renew lease: %w", store.ErrUnavailable, err)
+	}
+	return []byte(rec), nil
 }
 
 // Adjust settles a reservation on its limits (store.Leaser): the ops of each hash slot in one

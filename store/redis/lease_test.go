@@ -174,18 +174,18 @@ func checkLeaseRecords(t *testing.T, st store.Leaser, c *clock) {
 	if err := st.PutLease(ctx, renewed, rec, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RenewLease(ctx, renewed, 10*time.Second); err != nil {
-		t.Fatalf("renew: %v", err)
+	if got, err := st.RenewLease(ctx, renewed, 10*time.Second); err != nil || string(got) != string(rec) {
+		t.Fatalf("renew: rec %q, %v; want %q", got, err, rec)
 	}
 	c.us.Add(200_000)
 	time.Sleep(300 * time.Millisecond) // past the first ttl on Redis's clock too
 	if _, _, first, err := st.SettleLease(ctx, renewed, 1); err != nil || !first {
 		t.Fatalf("a renewed lease past its first ttl: first %v, %v", first, err)
 	}
-	if err := st.RenewLease(ctx, renewed, time.Second); !errors.Is(err, store.ErrLeaseSettled) {
+	if _, err := st.RenewLease(ctx, renewed, time.Second); !errors.Is(err, store.ErrLeaseSettled) {
 		t.Fatalf("renew a settled lease: %v, want ErrLeaseSettled", err)
 	}
-	if err := st.RenewLease(ctx, []byte("never-issued"), time.Second); !errors.Is(err, store.ErrUnknownLease) {
+	if _, err := st.RenewLease(ctx, []byte("never-issued"), time.Second); !errors.Is(err, store.ErrUnknownLease) {
 		t.Fatalf("renew an unknown lease: %v, want ErrUnknownLease", err)
 	}
 	short := append(append([]byte(nil), id...), "-short"...)

@@ -31,11 +31,11 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// source concatenates the prelude, the six algorithm files and the named entry points, which
+// source concatenates the prelude, the six algorithm files, concurrency's and the named entry points, which
 // define local functions batch and refund.
 func source(entries ...string) string {
 	var b strings.Builder
-	for _, f := range append([]string{"prelude", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter"}, entries...) {
+	for _, f := range append([]string{"prelude", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_window_log", "sliding_window_counter", "concurrency"}, entries...) {
 		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
 		if err != nil {
 			panic(err) // embedded at build time: cannot happen

@@ -36,10 +36,10 @@ func (r *Region) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
 }
 
 // RenewLease passes to the store that keeps leases (store.Leaser).
-func (r *Region) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+func (r *Region) RenewLease(ctx context.Context, id []byte, ttl time.Duration) ([]byte, error) {
 	l, err := store.AsLeaser(r.inner)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return l.RenewLease(ctx, id, ttl)
 }

@@ -56,10 +56,10 @@ func (s *Store) Adjust(ctx context.Context, ops []store.Op, at []int64) error {
 }
 
 // RenewLease passes to the store that keeps leases (store.Leaser).
-func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+func (s *Store) RenewLease(ctx context.Context, id []byte, ttl time.Duration) ([]byte, error) {
 	l, err := store.AsLeaser(s.long)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return l.RenewLease(ctx, id, ttl)
 }

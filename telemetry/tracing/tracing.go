@@ -428,10 +428,10 @@ func (s *tracedStore) Adjust(ctx context.Context, ops []store.Op, at []int64) er
 }
 
 // RenewLease passes to the store that keeps leases (store.Leaser).
-func (s *tracedStore) RenewLease(ctx context.Context, id []byte, ttl time.Duration) error {
+func (s *tracedStore) RenewLease(ctx context.Context, id []byte, ttl time.Duration) ([]byte, error) {
 	l, err := store.AsLeaser(s.Store)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return l.RenewLease(ctx, id, ttl)
 }

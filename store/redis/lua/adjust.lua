@@ -5,7 +5,8 @@
 --
 -- KEYS: per op, its state and its log list (as refund.lua: 2 per op).
 -- ARGV: [1] now in µs, or '' for Redis TIME; [2] at, the reservation's instant (µs); [3] n;
---       then per op its string (see parse_op; its cost is not read) and its delta.
+--       then per op its string (see parse_op_slot; its cost is not read) and its delta. A
+--       concurrency op's string names its lease's slot, renewed to its ttl or freed at ttl 0.
 -- Reply: per op, 1 when its state changed, else 0.
 
 -- adjust_fixed_start is the start of the window that holds t, or nil when a calendar window's
@@ -114,6 +115,27 @@ local function adjust_one(p, s, now, at, delta)
   return true
 end
 
+-- adjust_key settles one op on its key's state and writes it back; it reports whether the
+-- state changed.
+local function adjust_key(p, key, log_key, now, at, delta)
+  local s = load_state(key, log_key, p.kind, {})
+  local changed, idle = adjust_one(p, s, now, at, delta)
+  if not changed then return false end
+  local expire = nil
+  if idle then expire = expire_string(idle) end
+  save_state(s, expire)
+  if p.kind == SLIDING_WINDOW_LOG then
+    -- Rewritten whole: a give-back may remove an entry from the middle.
+    local ttl = redis.call('PTTL', key)
+    redis.call('DEL', log_key)
+    for j = s.head, #s.log do
+      redis.call('RPUSH', log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
+    end
+    if ttl > 0 then redis.call('PEXPIRE', log_key, ttl) end
+  end
+  return true
+end
+
 local function adjust(KEYS, ARGV)
   bind_globals()
   local now = tonumber(ARGV[1])
@@ -123,27 +145,17 @@ local function adjust(KEYS, ARGV)
   end
   local at, n, out = tonumber(ARGV[2]), tonumber(ARGV[3]), {}
   for i = 1, n do
-    local p = parse_op(ARGV[2 + 2 * i])
+    local p, slot_id, slot_ttl = parse_op_slot(ARGV[2 + 2 * i])
     local delta = tonumber(ARGV[3 + 2 * i])
     local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
-    local s = load_state(key, log_key, p.kind, {})
-    local changed, idle = adjust_one(p, s, now, at, delta)
-    out[i] = 0
-    if changed then
-      out[i] = 1
-      local expire = nil
-      if idle then expire = expire_string(idle) end
-      save_state(s, expire)
-      if p.kind == SLIDING_WINDOW_LOG then
-        -- Rewritten whole: a give-back may remove an entry from the middle.
-        local ttl = redis.call('PTTL', key)
-        redis.call('DEL', log_key)
-        for j = s.head, #s.log do
-          redis.call('RPUSH', log_key, fmt(s.log[j][1]) .. ':' .. fmt(s.log[j][2]))
-        end
-        if ttl > 0 then redis.call('PEXPIRE', log_key, ttl) end
-      end
+    local changed
+    if p.kind == CONCURRENCY then
+      -- A lease's slot is renewed (ttl > 0) or freed, whatever the delta.
+      changed = slot_id ~= nil and settle_slot(log_key, now, slot_id, slot_ttl)
+    else
+      changed = adjust_key(p, key, log_key, now, at, delta)
     end
+    out[i] = changed and 1 or 0
   end
   return out
 end

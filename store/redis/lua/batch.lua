@@ -28,6 +28,9 @@ local UNDO_WIDTH = 13
 -- records; op_done, how many ops of the running batch have been decided (see rollback); look,
 -- the result of a look after a denial.
 local op_p, op_s, op_r, op_idle, undo, look = {}, {}, {}, {}, {}, {}
+-- Per op i of the running batch, the lease whose slot a concurrency op takes, and its ttl
+-- (see parse_op_slot); false and 0 for every other op.
+local op_slot, op_slot_ttl = {}, {}
 local op_done = 0
 
 -- The states a call has read, by key, and in the order it read them. The batches of one call
@@ -164,7 +167,12 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
   local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
     local str = ARGV[ao + i]
-    local p = op_cache[str] or parse_op(str)
+    local p, slot_id, slot_ttl = op_cache[str], false, 0
+    if not p then
+      p, slot_id, slot_ttl = parse_op_slot(str)
+      slot_id = slot_id or false
+    end
+    op_slot[i], op_slot_ttl[i] = slot_id, slot_ttl
     local key = KEYS[k + 1]
     local s = states_by_key[key]
     if not s then
@@ -190,7 +198,7 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
     op_p[i], op_s[i], undo[u + 1] = p, s, false
     if not r.allowed then
       if p.mode == MODE_BINDING then denied = true end
-    elseif cost > 0 then
+    elseif cost > 0 and (slot_id or p.kind ~= CONCURRENCY) then
       if keep then
         local last = false
         if #s.log >= s.head then last = s.log[#s.log][2] end
@@ -201,7 +209,7 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
         undo[u + 13] = s.blast
       end
       -- The state's expiry moves on at once: an undo restores it with the rest.
-      local idle = p.commit(p, s, now, cost)
+      local idle = p.commit(p, s, now, cost, slot_id, slot_ttl)
       op_idle[i] = idle
       if idle > s.idle then s.idle = idle end
       s.dirty = true
@@ -274,7 +282,9 @@ end
 local function write_states()
   for i = 1, nstates do
     local s = states[i]
-    if s.dirty then
+    if s.dirty and s.kind == CONCURRENCY then
+      write_slots(s)
+    elseif s.dirty then
       local expire_ms = expire_string(s.idle)
       save_state(s, expire_ms)
       if s.kind == SLIDING_WINDOW_LOG then

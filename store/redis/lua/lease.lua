@@ -20,11 +20,11 @@ local function settle_lease(KEYS, ARGV)
 end
 
 -- renew_lease sets an unsettled lease's expiry to ARGV[1] ms from now. KEYS: [1] the record.
--- Reply: 0 no such lease; 1 renewed; 2 settled already (unchanged).
+-- Reply: {0} no such lease; {1, rec} renewed; {2} settled already (unchanged).
 local function renew_lease(KEYS, ARGV)
   local v = redis.call('GET', KEYS[1])
-  if not v then return 0 end
-  if string.sub(v, 1, 2) ~= 'U|' then return 2 end
+  if not v then return { 0 } end
+  if string.sub(v, 1, 2) ~= 'U|' then return { 2 } end
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  return 1
+  return { 1, string.sub(v, 3) }
 end

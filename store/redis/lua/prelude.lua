@@ -18,6 +18,9 @@
 local floor, call
 local function bind_globals() floor, call = math.floor, redis.call end
 local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
+local CONCURRENCY = 7
+-- MAX_SLOT_WAIT bounds a concurrency result's waits, as algorithm's maxSlotWait (MaxPeriod).
+local MAX_SLOT_WAIT = 400 * 24 * 3600 * 1000000
 local REASON_NONE, REASON_COST_EXCEEDS_CAPACITY = 0, 1
 
 local function idiv(a, b) return floor(a / b) end
@@ -156,6 +159,9 @@ local function load_state(key, log_key, kind, s)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
   s.bn, s.bexp, s.bsum, s.braw, s.blast = 0, 0, 0, '', nil
+  s.zread = false
+  -- A concurrency key's slots are a sorted set at log_key, read by its decide.
+  if kind == CONCURRENCY then return s end
   local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers
@@ -241,9 +247,22 @@ local function parse_op(str)
   p = { kind = v[1], limit = v[2], burst = v[3], period = v[4], tick = v[5], tick_exp = v[6],
         period_ticks = v[7], scale = v[8], rate = v[9], capacity = v[10], cost = v[11], mode = mode, drains = drains,
         decide = algorithms[v[1]].decide, commit = algorithms[v[1]].commit,
-        nkeys = v[1] == SLIDING_WINDOW_LOG and 2 or 1 }
+        nkeys = (v[1] == SLIDING_WINDOW_LOG or v[1] == CONCURRENCY) and 2 or 1 }
   if calendar then p.bounds = { v[13], v[14], v[15], v[16] } end
   if op_cache_size >= 10000 then op_cache, op_cache_size = {}, 0 end
   op_cache[str], op_cache_size = p, op_cache_size + 1
   return p
+end
+
+-- parse_op_slot is parse_op for an op string that may name a lease's slot after it,
+-- "op|ttl|id" (a concurrency op of a reservation: store.Op.Slot); it returns the op, and the
+-- lease id and ttl (µs), or nil and 0. Only the op part is cached: lease ids never repeat.
+local function parse_op_slot(str)
+  local p = op_cache[str]
+  if p then return p, nil, 0 end
+  local bar = string.find(str, '|', 1, true)
+  if not bar then return parse_op(str), nil, 0 end
+  local ttl, id = string.match(str, '^(%d+)|(.+)$', bar + 1)
+  if not id then error('sluice: bad op slot ' .. str) end
+  return parse_op(string.sub(str, 1, bar - 1)), id, tonumber(ttl)
 end

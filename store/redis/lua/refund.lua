@@ -15,11 +15,14 @@ local function refund(KEYS, ARGV)
   local now, n, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {}
   if KEYS[2 * n + 1] then redis.call('DEL', KEYS[2 * n + 1]) end
   for i = 1, n do
-    local p = parse_op(ARGV[2 + i])
+    local p, slot_id = parse_op_slot(ARGV[2 + i])
     local cost = p.cost
     local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
     local s = load_state(key, log_key, p.kind, {})
-    if cost > 0 and redis.call('EXISTS', key) == 1 then
+    if p.kind == CONCURRENCY then
+      -- The slot batch.lua took for the lease goes back whole.
+      if cost > 0 and slot_id then redis.call('ZREM', log_key, slot_id) end
+    elseif cost > 0 and redis.call('EXISTS', key) == 1 then
       local inc = cost * p.scale
       local start = window(p, now)
       if p.bounds then start = calendar_window(p, now) end
@@ -64,7 +67,7 @@ local function refund(KEYS, ARGV)
   end
   -- Look only once everything is given back: two ops may share a key.
   for i = 1, n do
-    local p = parse_op(ARGV[2 + i])
+    local p = parse_op_slot(ARGV[2 + i])
     local r = {}
     p.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}), now, 0, r)
     out[#out + 1] = r.remaining

@@ -36,6 +36,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -70,6 +71,9 @@ type Middleware struct {
 	onError  func(http.ResponseWriter, *http.Request, error) bool
 	log      *slog.Logger
 	pool     sync.Pool // of *check
+	// hold reserves instead of checking, and holdTTL is the leases' ttl (WithHold).
+	hold    bool
+	holdTTL time.Duration
 }
 
 // check is the per-request state, pooled so that a request allocates neither its attributes
@@ -146,6 +150,23 @@ func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error) 
 // (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(m *Middleware) { m.log = l } }
 
+// WithHold makes the middleware hold the request's concurrency slots for the handler's
+// duration: it reserves (sluice.Limiter.Reserve) instead of checking, so that each concurrency
+// limit (algorithm: concurrency) that applies takes a slot and the other limits take the
+// request's cost as a check would; when the handler returns, or panics (the panic goes on),
+// the lease is committed at what it reserved, which frees the slots and leaves the rate
+// limits charged. While the handler runs the lease is renewed every third of ttl, so a slot
+// outlives a long handler but returns within ttl of a process that died holding it. A ttl of
+// 0 takes sluice.DefaultLeaseTTL. The Limiter's store must keep leases (memory or Redis).
+func WithHold(ttl time.Duration) Option {
+	return func(m *Middleware) {
+		if ttl <= 0 {
+			ttl = sluice.DefaultLeaseTTL
+		}
+		m.hold, m.holdTTL = true, min(ttl, sluice.MaxLeaseTTL)
+	}
+}
+
 // New returns the middleware.
 func New(l *sluice.Limiter, opts ...Option) *Middleware {
 	m := &Middleware{lim: l}
@@ -191,6 +212,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			}
 		}
 		d := &c.d
+		if m.hold {
+			m.serveHeld(w, r, &c.req, d, next)
+			return
+		}
 		if err := m.lim.Check(r.Context(), &c.req, d); err != nil {
 			if m.onError(w, r, err) {
 				next.ServeHTTP(w, r)
@@ -204,6 +229,74 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// serveHeld is Handler under WithHold: reserve, serve holding the lease, settle.
+func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, req *sluice.Request, d *sluice.Decision, next http.Handler) {
+	lease, err := m.lim.Reserve(r.Context(), req, m.holdTTL, d)
+	if err != nil {
+		if m.onError(w, r, err) {
+			next.ServeHTTP(w, r)
+		}
+		return
+	}
+	SetHeaders(w.Header(), d)
+	if !d.Allowed {
+		WriteDenied(w, d)
+		return
+	}
+	// The settlement outlives the request's context: a client that went away must not leave
+	// the slot held until its ttl.
+	ctx := context.WithoutCancel(r.Context())
+	stop := m.keepAlive(ctx, lease)
+	defer func() {
+		stop()
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		defer cancel()
+		if _, err := lease.Commit(sctx, lease.Reserved); err != nil {
+			m.logger().WarnContext(ctx, "httplimit: lease not settled; its slots return at its ttl", "lease", lease.ID, "ttl", m.holdTTL, "err", err)
+		}
+	}()
+	next.ServeHTTP(w, r)
+}
+
+// settleTimeout bounds a held lease's settlement and each renewal.
+const settleTimeout = 5 * time.Second
+
+// keepAlive renews lease every third of its ttl until the returned stop is called.
+func (m *Middleware) keepAlive(ctx context.Context, lease *sluice.Lease) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	every := m.holdTTL / 3
+	mu.Lock() // t is set before its first run reads it
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		rctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		err := lease.Renew(rctx, m.holdTTL)
+		cancel()
+		if err != nil {
+			m.logger().WarnContext(ctx, "httplimit: lease not renewed", "lease", lease.ID, "err", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
+}
+
+func (m *Middleware) logger() *slog.Logger {
+	if m.log != nil {
+		return m.log
+	}
+	return slog.Default()
 }
 
 // identityError is an identity function's error: it matches both ErrIdentity and what the

@@ -53,6 +53,15 @@ type Result struct {
 	Warning string
 }
 
+// InFlight returns, for a concurrency limit, the leases it counts in flight: after this
+// request when it took a slot, before it when it only looked; 0 for any other limit.
+func (r *Result) InFlight() int64 {
+	if r.Algorithm != algorithm.Concurrency {
+		return 0
+	}
+	return max(0, r.Limit-r.Remaining)
+}
+
 // start sets r to the limit lim before it is decided. Field by field, not as a composite
 // literal: the compiler builds a literal of this size on the stack and copies it, which costs a
 // measurable part of a Check.
@@ -277,6 +286,10 @@ func (d *Decision) AppendJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, ceilMillis(r.ResetAfter), 10)
 		b = append(b, `,"retry_after_ms":`...)
 		b = strconv.AppendInt(b, ceilMillis(r.RetryAfter), 10)
+		if r.Algorithm == algorithm.Concurrency {
+			b = append(b, `,"in_flight":`...)
+			b = strconv.AppendInt(b, r.InFlight(), 10)
+		}
 		if r.Delay > 0 {
 			b = append(b, `,"delay_ms":`...)
 			b = strconv.AppendInt(b, ceilMillis(r.Delay), 10)

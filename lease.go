@@ -78,6 +78,9 @@ type Settlement struct {
 	// Repeated is set when the lease was settled before: nothing changed now, and the answer
 	// is the first settlement's.
 	Repeated bool
+	// Slots is how many concurrency slots this settlement freed: those the lease held (some
+	// may have returned by themselves already); 0 when Repeated.
+	Slots int
 }
 
 // leaseIDPrefix starts every lease id, so that a malformed one is told from an unknown one.
@@ -173,6 +176,7 @@ func (l *Limiter) Commit(ctx context.Context, tenant, id string, used int64) (Se
 		op := rec.ops[i]
 		if op.Params.Kind == algorithm.Concurrency {
 			op.Slot = []byte(id) // freed, whatever was used
+			s.Slots++
 		} else if op.Cost = rec.reserved - used; op.Cost == 0 {
 			continue
 		}

@@ -40,6 +40,10 @@ func TestConcurrencyAcrossNodes(t *testing.T) {
 	free := func(s *server) float64 {
 		t.Helper()
 		_, _, m := s.post("/v1/quota", `{"tenant":"acme","endpoint":"/gpu"}`)
+		r := m["results"].([]any)[0].(map[string]any)
+		if r["in_flight"] != 3-m["remaining"].(float64) {
+			t.Fatalf("quota: in_flight %v beside remaining %v of 3", r["in_flight"], m["remaining"])
+		}
 		return m["remaining"].(float64)
 	}
 	taken := time.Now()
@@ -86,5 +90,10 @@ func TestConcurrencyAcrossNodes(t *testing.T) {
 	}
 	if got := free(b); got != 2 {
 		t.Fatalf("after a release: %v free, want 2", got)
+	}
+	m := b.get("/metrics")
+	if !strings.Contains(m, `sluice_concurrency_slots_total{event="taken"} 2`) || !strings.Contains(m, `sluice_concurrency_slots_total{event="freed"} 1`) ||
+		!strings.Contains(m, `sluice_concurrency_slots_total{event="refused"}`) {
+		t.Fatalf("node b's slot metrics:\n%s", grepLines(m, "slots"))
 	}
 }

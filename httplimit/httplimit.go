@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/policy"
 )
 
@@ -431,7 +432,10 @@ func SetHeaders(h http.Header, d *sluice.Decision) {
 	var b []byte
 	for i := range d.Results {
 		r := &d.Results[i]
-		if i > 0 {
+		if r.Algorithm == algorithm.Concurrency {
+			continue // leases in flight, not a quota over a window
+		}
+		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
 		b = appendSFString(b, r.Rule)
@@ -442,7 +446,9 @@ func SetHeaders(h http.Header, d *sluice.Decision) {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, ceilSeconds(r.Period), 10)
 	}
-	h["Ratelimit-Policy"] = []string{string(b)}
+	if len(b) > 0 {
+		h["Ratelimit-Policy"] = []string{string(b)}
+	}
 	b = appendSFString(b[:0], d.Rule)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, d.Remaining, 10)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 )
 
 // Metrics holds the collectors. Create it with New.
@@ -26,6 +27,7 @@ type Metrics struct {
 	controlUp   prometheus.Gauge
 	leases      *prometheus.CounterVec
 	leaseUnits  *prometheus.CounterVec
+	slots       *prometheus.CounterVec
 	lastVersion atomic.Pointer[string]
 	counters    atomic.Pointer[map[checkKey]prometheus.Counter]
 	envoyStats  *prometheus.CounterVec
@@ -88,6 +90,10 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 			Name: "sluice_leases_total",
 			Help: "Reservations' leases by event: reserved, settled (a first commit or release; repeats are not counted). Leases in flight on this node's API are reserved minus settled, less those that expired.",
 		}, []string{"event"}),
+		slots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_concurrency_slots_total",
+			Help: "Concurrency slots on this node's API by event: taken (by a reservation), freed (by its first settlement), refused (a reservation a concurrency limit denied). Slots in flight are taken minus freed, less those whose lease expired unsettled; /v1/quota shows a key's in_flight fleet-wide.",
+		}, []string{"event"}),
 		leaseUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_lease_units_total",
 			Help: "Units settled leases adjusted, by direction: returned (reserved but not used, given back) and excess (used past the reservation, taken past the limit).",
@@ -103,7 +109,7 @@ func New(reg prometheus.Registerer, storeName string) *Metrics {
 		Name: "sluice_envoy_value_stats_overflow_total",
 		Help: "Hits of detailed_metric and value_to_metric limits counted under the limit's own stats key because more distinct per-value keys than the bound were seen between two StatsD sends.",
 	})
-	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats, m.envoyOverflow, m.leases, m.leaseUnits)
+	reg.MustRegister(m.checks, m.duration, m.storeErrors, m.reloads, m.policyInfo, m.rejected, m.breaker, m.anonymous, m.controlUp, m.envoyStats, m.envoyOverflow, m.leases, m.leaseUnits, m.slots)
 	byRule := map[string]*envoyCounters{}
 	m.envoyByRule.Store(&byRule)
 	empty := map[checkKey]prometheus.Counter{}
@@ -240,12 +246,33 @@ func (m *Metrics) LeaseReserved() {
 	}
 }
 
-// LeaseSettled counts a lease's first settlement and the units it gave back or took more.
-func (m *Metrics) LeaseSettled(reserved, used int64) {
+// ObserveSlots counts the concurrency slots a reservation's decision d took or was refused.
+func (m *Metrics) ObserveSlots(d *sluice.Decision) {
+	if m == nil {
+		return
+	}
+	for i := range d.Results {
+		r := &d.Results[i]
+		switch {
+		case r.Algorithm != algorithm.Concurrency:
+		case !r.Allowed:
+			m.slots.WithLabelValues("refused").Inc()
+		case d.Allowed:
+			m.slots.WithLabelValues("taken").Inc()
+		}
+	}
+}
+
+// LeaseSettled counts a lease's first settlement, the units it gave back or took more, and
+// the concurrency slots it freed.
+func (m *Metrics) LeaseSettled(reserved, used int64, slots int) {
 	if m == nil {
 		return
 	}
 	m.leases.WithLabelValues("settled").Inc()
+	if slots > 0 {
+		m.slots.WithLabelValues("freed").Add(float64(slots))
+	}
 	switch {
 	case used < reserved:
 		m.leaseUnits.WithLabelValues("returned").Add(float64(reserved - used))

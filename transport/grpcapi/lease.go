@@ -35,6 +35,7 @@ func (s *Server) Reserve(ctx context.Context, in *sluicev1.ReserveRequest) (*slu
 		return nil, s.fail(err)
 	}
 	s.m.ObserveCheck(api, d, time.Since(start))
+	s.m.ObserveSlots(d)
 	s.events.Check(&r, d)
 	out := &sluicev1.ReserveResponse{Decision: responseOf(d)}
 	if lease != nil {
@@ -87,7 +88,7 @@ func (s *Server) settle(ctx context.Context, tenant, lease string, used int64) (
 		return nil, s.fail(err)
 	}
 	if !st.Repeated {
-		s.m.LeaseSettled(st.Reserved, st.Used)
+		s.m.LeaseSettled(st.Reserved, st.Used, st.Slots)
 	}
 	return &sluicev1.CommitResponse{Lease: st.Lease, Reserved: st.Reserved, Used: st.Used, Repeated: st.Repeated}, nil
 }

@@ -48,6 +48,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.m.ObserveCheck("http", &sc.d, time.Since(start))
+	s.m.ObserveSlots(&sc.d)
 	s.opts.Events.Check(&req, &sc.d)
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
@@ -122,7 +123,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request, release bool) {
 		return
 	}
 	if !st.Repeated {
-		s.m.LeaseSettled(st.Reserved, st.Used)
+		s.m.LeaseSettled(st.Reserved, st.Used, st.Slots)
 	}
 	w.Header()["Content-Type"] = jsonContentType
 	out := []byte(`{"lease":`)

@@ -219,7 +219,7 @@ function Caller() {
         <caption>Limits of this caller</caption>
         <thead><tr><th scope="col">Rule</th><th scope="col">Scope</th><th scope="col">Used</th><th scope="col" class="num">Remaining</th><th scope="col" class="num">Limit</th><th scope="col">Resets in</th><th scope="col">State</th></tr></thead>
         <tbody>${(d.results || []).map((r) => html`<tr data-rule=${r.rule}>
-          <th scope="row">${shown(r.rule)}</th><td>${shown(r.scope)}</td><td><${Bar} r=${r} /></td>
+          <th scope="row">${shown(r.rule)}</th><td>${shown(r.scope)}${r.in_flight !== undefined ? html` <span class="muted in-flight">(${fmt(r.in_flight, 0)} in flight)</span>` : ""}</td><td><${Bar} r=${r} /></td>
           <td class="num remaining">${fmt(r.remaining, 0)}</td><td class="num">${fmt(r.limit, 0)}</td><td>${ms(r.reset_after_ms)}</td><td class=${"state-" + r.state}>${r.state}</td>
         </tr>`)}</tbody>
       </table>

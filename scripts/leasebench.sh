@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Reservations against plain checks through the binary, in one run (issue 28): on the memory
-# store and on Redis, alternating rows (check, reserve+commit, check, reserve+commit) so the
+# Reservations and concurrency slots against plain checks through the binary, in one run
+# (issue 28): on the memory store and on Redis, alternating rows (check, reserve+commit,
+# acquire+release, twice) so the
 # shared machine's drift shows; per Redis row, Redis CPU per round trip (INFO cpu); then
 # memory per live lease: RSS of sluice (memory store) and Redis used_memory before and after
 # holding N unsettled leases.
@@ -23,7 +24,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_port() { for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 cat > "$BIN/policy.yaml" <<'YAML'
 rules:
-  - {name: per-user, key: [tenant, user], algorithm: token_bucket, limit: 1000000000, period: 1s}
+  - {name: per-user, match: {endpoint: /llm}, key: [tenant, user], algorithm: token_bucket, limit: 1000000000, period: 1s}
+  - {name: slots, match: {endpoint: /slots}, key: [tenant, user], algorithm: concurrency, limit: 1000000}
 YAML
 serve() { # serve NAME [flags...]: starts sluice, sets PORT and PID
   PORT=$(free_port)
@@ -46,7 +48,7 @@ row() { # row PORT MODE: sets OPS
 echo "== memory store"
 serve mem
 MPORT=$PORT; MPID=$PID
-for mode in check reserve check reserve; do row "$MPORT" "$mode"; done
+for mode in check reserve acquire check reserve acquire; do row "$MPORT" "$mode"; done
 
 if command -v redis-server >/dev/null; then
   RPORT=$(free_port)
@@ -56,11 +58,11 @@ if command -v redis-server >/dev/null; then
   echo "== redis store"
   serve redis --store "redis://127.0.0.1:$RPORT" --store-timeout 250ms
   SPORT=$PORT
-  for mode in check reserve check reserve; do
+  for mode in check reserve acquire check reserve acquire; do
     before=$(redis_cpu)
     row "$SPORT" "$mode"
     after=$(redis_cpu)
-    awk -v a="$after" -v b="$before" -v n="$COUNT" -v m="$mode" 'BEGIN{printf "   redis CPU per %s round trip: %.1f µs\n", (m=="check"?"check":"reserve+commit"), (a-b)*1e6/n}'
+    awk -v a="$after" -v b="$before" -v n="$COUNT" -v m="$mode" 'BEGIN{printf "   redis CPU per %s round trip: %.1f µs\n", (m=="check"?"check":(m=="acquire"?"acquire+release":"reserve+commit")), (a-b)*1e6/n}'
   done
 fi
 
@@ -72,9 +74,15 @@ r0=$(rss_kb "$HPID")
 "$BIN/leaseload" -addr "127.0.0.1:$HPORT" -mode hold -n "$N" -users 100
 r1=$(rss_kb "$HPID")
 awk -v a="$r1" -v b="$r0" -v n="$N" 'BEGIN{printf "   sluice (memory store) RSS %+.1f MiB: %.0f bytes per lease\n", (a-b)/1024, (a-b)*1024/n}'
+"$BIN/leaseload" -addr "127.0.0.1:$HPORT" -mode hold-slots -n "$N" -users 100
+r2=$(rss_kb "$HPID")
+awk -v a="$r2" -v b="$r1" -v n="$N" 'BEGIN{printf "   sluice (memory store) RSS %+.1f MiB: %.0f bytes per lease holding a slot\n", (a-b)/1024, (a-b)*1024/n}'
 if command -v redis-server >/dev/null; then
   m0=$(redis_mem)
   "$BIN/leaseload" -addr "127.0.0.1:$SPORT" -mode hold -n "$N" -users 100
   m1=$(redis_mem)
   awk -v a="$m1" -v b="$m0" -v n="$N" 'BEGIN{printf "   redis used_memory %+.1f MiB: %.0f bytes per lease\n", (a-b)/1048576, (a-b)/n}'
+  "$BIN/leaseload" -addr "127.0.0.1:$SPORT" -mode hold-slots -n "$N" -users 100
+  m2=$(redis_mem)
+  awk -v a="$m2" -v b="$m1" -v n="$N" 'BEGIN{printf "   redis used_memory %+.1f MiB: %.0f bytes per lease holding a slot\n", (a-b)/1048576, (a-b)/n}'
 fi

@@ -2,7 +2,9 @@
 // (scripts/leasebench.sh runs it): for each mode, c workers on keep-alive connections for d,
 // printing round trips per second. Mode check is one POST /v1/check; reserve is a POST
 // /v1/reserve then a POST /v1/commit of part of the estimate, counted as one round trip pair;
-// hold reserves n leases and settles none (for memory per live lease).
+// acquire takes a concurrency slot (POST /v1/reserve on /slots) and releases it (POST
+// /v1/release), counted as one pair; hold and hold-slots reserve n leases (of the token
+// bucket, or slots) and settle none (for memory per live lease).
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "sluice HTTP address")
-	mode := flag.String("mode", "check", "check, reserve or hold")
+	mode := flag.String("mode", "check", "check, reserve, acquire, hold or hold-slots")
 	c := flag.Int("c", 32, "workers")
 	d := flag.Duration("d", 10*time.Second, "duration (check, reserve)")
 	n := flag.Int("n", 100000, "leases to hold (hold)")
@@ -39,8 +41,13 @@ func main() {
 		b, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, b, err
 	}
+	// endpoint /llm is the token bucket's, /slots the concurrency limit's (leasebench.sh).
+	endpoint := "/llm"
+	if *mode == "acquire" || *mode == "hold-slots" {
+		endpoint = "/slots"
+	}
 	reserve := func(rng *rand.Rand, ttl string) (string, error) {
-		code, b, err := post("/v1/reserve", fmt.Sprintf(`{"tenant":"bench","user":"u%d","cost":10,"ttl":%q}`, rng.IntN(*users), ttl))
+		code, b, err := post("/v1/reserve", fmt.Sprintf(`{"tenant":"bench","user":"u%d","endpoint":%q,"cost":10,"ttl":%q}`, rng.IntN(*users), endpoint, ttl))
 		if err != nil || code != 200 {
 			return "", fmt.Errorf("reserve: %d %s %v", code, b, err)
 		}
@@ -54,7 +61,7 @@ func main() {
 	var wg sync.WaitGroup
 	start := time.Now()
 	switch *mode {
-	case "check", "reserve":
+	case "check", "reserve", "acquire":
 		stop := time.Now().Add(*d)
 		for w := range *c {
 			wg.Add(1)
@@ -63,7 +70,7 @@ func main() {
 				rng := rand.New(rand.NewPCG(uint64(w), 1))
 				for time.Now().Before(stop) {
 					if *mode == "check" {
-						code, _, err := post("/v1/check", fmt.Sprintf(`{"tenant":"bench","user":"u%d","cost":10}`, rng.IntN(*users)))
+						code, _, err := post("/v1/check", fmt.Sprintf(`{"tenant":"bench","user":"u%d","endpoint":"/llm","cost":10}`, rng.IntN(*users)))
 						if err != nil || code != 200 {
 							fails.Add(1)
 							continue
@@ -74,7 +81,12 @@ func main() {
 							fails.Add(1)
 							continue
 						}
-						code, _, err := post("/v1/commit", fmt.Sprintf(`{"tenant":"bench","lease":%q,"used":%d}`, lease, rng.IntN(10)))
+						body := fmt.Sprintf(`{"tenant":"bench","lease":%q,"used":%d}`, lease, rng.IntN(10))
+						path := "/v1/commit"
+						if *mode == "acquire" {
+							path, body = "/v1/release", fmt.Sprintf(`{"tenant":"bench","lease":%q}`, lease)
+						}
+						code, _, err := post(path, body)
 						if err != nil || code != 200 {
 							fails.Add(1)
 							continue
@@ -84,7 +96,7 @@ func main() {
 				}
 			}()
 		}
-	case "hold":
+	case "hold", "hold-slots":
 		var next atomic.Int64
 		for w := range *c {
 			wg.Add(1)

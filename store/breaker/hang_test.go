@@ -151,8 +151,10 @@ func hungStore(t *testing.T, tc redistest.HangTarget, maxTimeout, deadline time.
 			slow, bound, slowest.start.Sub(paused).Round(time.Millisecond), slowest.end.Sub(slowest.start))
 	}
 
+	// Copied, not held: waitClosed below can open the breaker again, whose callback locks mu.
 	mu.Lock()
-	defer mu.Unlock()
+	opened = slices.Clone(opened)
+	mu.Unlock()
 	i := slices.IndexFunc(opened, func(at time.Time) bool { return !at.Before(paused) })
 	switch {
 	case i < 0:

@@ -329,9 +329,9 @@ func (s *tracedStore) Apply(ctx context.Context, b *store.Batch, res []algorithm
 	if !ok {
 		return s.Store.Apply(ctx, b, res)
 	}
-	start := time.Now()
+	start := spanNow(sp.Span)
 	replayed, err := s.Store.Apply(ctx, b, res)
-	end := time.Now()
+	end := spanNow(sp.Span)
 	sp.storeTime += end.Sub(start)
 	sp.storeCalls++
 	sp.fallback = sp.fallback || s.fallback
@@ -353,6 +353,17 @@ func (s *tracedStore) Apply(ctx context.Context, b *store.Batch, res []algorithm
 	child.SetAttributes(a...)
 	child.End(trace.WithTimestamp(end))
 	return replayed, err
+}
+
+// spanNow reads the clock as the SDK ends a span: the span's wall-clock start plus the
+// monotonic time since. A wall clock stepped in between (NTP on a busy VM) then cannot put the
+// store call outside the decision that made it, as time.Now's wall reading did.
+func spanNow(sp trace.Span) time.Time {
+	if ro, ok := sp.(interface{ StartTime() time.Time }); ok {
+		st := ro.StartTime()
+		return st.Add(time.Since(st))
+	}
+	return time.Now()
 }
 
 // header reads trace context from HTTP headers. The W3C names are looked up in their

@@ -213,11 +213,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			}
 		}
 		d := &c.d
+		var lease *sluice.Lease
+		var err error
 		if m.hold {
-			m.serveHeld(w, r, &c.req, d, next)
-			return
+			lease, err = m.lim.Reserve(r.Context(), &c.req, m.holdTTL, d)
+		} else {
+			err = m.lim.Check(r.Context(), &c.req, d)
 		}
-		if err := m.lim.Check(r.Context(), &c.req, d); err != nil {
+		if err != nil {
 			if m.onError(w, r, err) {
 				next.ServeHTTP(w, r)
 			}
@@ -228,24 +231,16 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			WriteDenied(w, d)
 			return
 		}
+		if lease != nil {
+			m.serveHolding(w, r, lease, next)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// serveHeld is Handler under WithHold: reserve, serve holding the lease, settle.
-func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, req *sluice.Request, d *sluice.Decision, next http.Handler) {
-	lease, err := m.lim.Reserve(r.Context(), req, m.holdTTL, d)
-	if err != nil {
-		if m.onError(w, r, err) {
-			next.ServeHTTP(w, r)
-		}
-		return
-	}
-	SetHeaders(w.Header(), d)
-	if !d.Allowed {
-		WriteDenied(w, d)
-		return
-	}
+// serveHolding serves r holding lease (WithHold), then settles it.
+func (m *Middleware) serveHolding(w http.ResponseWriter, r *http.Request, lease *sluice.Lease, next http.Handler) {
 	// The settlement outlives the request's context: a client that went away must not leave
 	// the slot held until its ttl.
 	ctx := context.WithoutCancel(r.Context())

@@ -162,17 +162,9 @@ func differentialSlots(t *testing.T, st *Store, c *clock, steps int, seed uint64
 
 func TestSlotsMatchMemory(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []struct {
-		name string
-		opts []Option
-	}{{"functions", nil}, {"scripts", []Option{WithScripts()}}} {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			c := newClock()
-			differentialSlots(t, connect(t, "redis://"+srv.Addr, c, mode.opts...), c, 1500, 5)
-		})
-	}
+	eachScriptMode(t, func(t *testing.T, st *Store, c *clock) {
+		differentialSlots(t, st, c, 1500, 5)
+	})
 }
 
 // TestSlotsCluster takes slots across a 3-node Cluster's hash slots: a reservation one slot

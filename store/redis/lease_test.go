@@ -112,19 +112,10 @@ func differentialLeases(t *testing.T, st *Store, c *clock, steps int, seed uint6
 
 func TestLeaseSettlementsMatchMemory(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []struct {
-		name string
-		opts []Option
-	}{{"functions", nil}, {"scripts", []Option{WithScripts()}}} {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			c := newClock()
-			st := connect(t, "redis://"+srv.Addr, c, mode.opts...)
-			differentialLeases(t, st, c, 1500, 3)
-			checkLeaseRecords(t, st, c)
-		})
-	}
+	eachScriptMode(t, func(t *testing.T, st *Store, c *clock) {
+		differentialLeases(t, st, c, 1500, 3)
+		checkLeaseRecords(t, st, c)
+	})
 }
 
 // TestLeaseSettlementsCluster settles reservations whose limits span a 3-node Cluster's slots.

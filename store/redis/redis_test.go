@@ -44,6 +44,26 @@ func connect(t testing.TB, url string, c *clock, opts ...Option) *Store {
 	return s
 }
 
+// eachScriptMode runs f in a parallel subtest for each way the scripts run, on a Redis of its
+// own: as a Function library (Redis 7+, the default) and as EVALSHA scripts (WithScripts).
+func eachScriptMode(t *testing.T, f func(t *testing.T, st *Store, c *clock)) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"functions", nil}, {"scripts", []Option{WithScripts()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			c := newClock()
+			st := connect(t, "redis://"+srv.Addr, c, mode.opts...)
+			if st.functions != (mode.name == "functions") {
+				t.Fatalf("functions = %v", st.functions)
+			}
+			f(t, st, c)
+		})
+	}
+}
+
 // limit is one bucket of the differential test: a key and its parameters.
 type limit struct {
 	key    []byte
@@ -178,21 +198,9 @@ func differential(t *testing.T, st *Store, c *clock, steps int, seed uint64, ide
 
 func TestSameDecisionsAsMemory(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []struct {
-		name string
-		opts []Option
-	}{{"functions", nil}, {"scripts", []Option{WithScripts()}}} {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			c := newClock()
-			st := connect(t, "redis://"+srv.Addr, c, mode.opts...)
-			if st.functions != (mode.name == "functions") {
-				t.Fatalf("functions = %v", st.functions)
-			}
-			differential(t, st, c, 3000, 1, true)
-		})
-	}
+	eachScriptMode(t, func(t *testing.T, st *Store, c *clock) {
+		differential(t, st, c, 3000, 1, true)
+	})
 }
 
 // checkCounter checks store.Op.Counter on st: a counter op counts every request of its

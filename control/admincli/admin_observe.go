@@ -26,6 +26,7 @@ var usageColumns = []column{
 	{"STATE", "state", cellPlain},
 	{"LIMIT", "limit", cellPlain},
 	{"REMAINING", "remaining", cellPlain},
+	{"IN_FLIGHT", "in_flight", cellPlain}, // concurrency limits only
 	{"RESET_AFTER", "reset_after_ms", cellMillis},
 	{"RETRY_AFTER", "retry_after_ms", cellMillis},
 }

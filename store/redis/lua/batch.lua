@@ -28,9 +28,6 @@ local UNDO_WIDTH = 13
 -- records; op_done, how many ops of the running batch have been decided (see rollback); look,
 -- the result of a look after a denial.
 local op_p, op_s, op_r, op_idle, undo, look = {}, {}, {}, {}, {}, {}
--- Per op i of the running batch, the lease whose slot a concurrency op takes, and its ttl
--- (see parse_op_slot); false and 0 for every other op.
-local op_slot, op_slot_ttl = {}, {}
 local op_done = 0
 
 -- The states a call has read, by key, and in the order it read them. The batches of one call
@@ -167,12 +164,10 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
   local denied, k, keep = false, ko, n > 1 or ttl > 0
   for i = 1, n do
     local str = ARGV[ao + i]
-    local p, slot_id, slot_ttl = op_cache[str], false, 0
-    if not p then
-      p, slot_id, slot_ttl = parse_op_slot(str)
-      slot_id = slot_id or false
-    end
-    op_slot[i], op_slot_ttl[i] = slot_id, slot_ttl
+    -- A concurrency op of a reservation names its lease's slot (see parse_op_slot); such a
+    -- string is never cached, so a cached op names none.
+    local p, slot_id, slot_ttl = op_cache[str], nil, 0
+    if not p then p, slot_id, slot_ttl = parse_op_slot(str) end
     local key = KEYS[k + 1]
     local s = states_by_key[key]
     if not s then

@@ -231,7 +231,7 @@ func responseOf(d *sluice.Decision) *sluicev1.CheckResponse {
 		w.Rule, w.Scope, w.Algorithm = r.Rule, r.Scope, r.Algorithm.String()
 		w.Allowed, w.State, w.Limit, w.Remaining = r.Allowed, stateOf(r.State), r.Limit, r.Remaining
 		w.ResetAfterMs, w.RetryAfterMs, w.DelayMs = ceilMillis(r.ResetAfter), ceilMillis(r.RetryAfter), ceilMillis(r.Delay)
-		w.Shadow, w.Reason = r.Shadow, r.Reason
+		w.Shadow, w.Reason, w.InFlight = r.Shadow, r.Reason, r.InFlight()
 		out.Results[i] = w
 	}
 	return out

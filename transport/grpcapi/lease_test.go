@@ -82,3 +82,27 @@ func TestReserveCommitRelease(t *testing.T) {
 		t.Fatalf("a 2h lease: %v", err)
 	}
 }
+
+// TestConcurrencySlots: over gRPC, a reservation takes a slot of a concurrency limit, the
+// results say how many are in flight, a second is refused while the first is held, and a
+// release frees it.
+func TestConcurrencySlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "rules:\n  - {name: jobs, key: [user], algorithm: concurrency, limit: 1}\n")
+	ctx := context.Background()
+	check := &sluicev1.CheckRequest{Tenant: "t", User: "slots"}
+	res, err := e.client.Reserve(ctx, &sluicev1.ReserveRequest{Check: check, TtlMs: 30_000})
+	if err != nil || res.GetLease() == "" || res.GetDecision().GetResults()[0].GetInFlight() != 1 {
+		t.Fatalf("reserve a slot: %v, %v", res, err)
+	}
+	if again, err := e.client.Reserve(ctx, &sluicev1.ReserveRequest{Check: check}); err != nil || again.GetLease() != "" || again.GetDecision().GetAllowed() {
+		t.Fatalf("a second slot of 1: %v, %v", again, err)
+	}
+	if _, err := e.client.Release(ctx, &sluicev1.ReleaseRequest{Tenant: "t", Lease: res.GetLease()}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.client.GetQuota(ctx, check)
+	if err != nil || q.GetResults()[0].GetInFlight() != 0 || q.GetRemaining() != 1 {
+		t.Fatalf("after the release: %v, %v", q, err)
+	}
+}

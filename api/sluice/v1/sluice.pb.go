@@ -431,7 +431,10 @@ type LimitResult struct {
 	// shadow is set for a shadow rule: evaluated and reported, never denying.
 	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// reason explains a denial that waiting does not cure; empty otherwise.
-	Reason        string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// in_flight is, for a concurrency limit, the leases it counts in flight (limit less
+	// remaining); 0 for any other algorithm.
+	InFlight      int64 `protobuf:"varint,13,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,6 +551,13 @@ func (x *LimitResult) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LimitResult) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
 }
 
 // ResetRequest addresses the buckets to reset: those that a request with these attributes
@@ -1187,7 +1197,7 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\bdegraded\x18\r \x01(\bR\bdegraded\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x12%\n" +
 	"\x0epolicy_version\x18\x0f \x01(\tR\rpolicyVersion\x120\n" +
-	"\aresults\x18\x10 \x03(\v2\x16.sluice.v1.LimitResultR\aresults\"\xe2\x02\n" +
+	"\aresults\x18\x10 \x03(\v2\x16.sluice.v1.LimitResultR\aresults\"\xff\x02\n" +
 	"\vLimitResult\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1c\n" +
@@ -1201,7 +1211,8 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\bdelay_ms\x18\n" +
 	" \x01(\x03R\adelayMs\x12\x16\n" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x12\x16\n" +
-	"\x06reason\x18\f \x01(\tR\x06reason\"\xcb\x02\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x1b\n" +
+	"\tin_flight\x18\r \x01(\x03R\binFlight\"\xcb\x02\n" +
 	"\fResetRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x17\n" +

@@ -171,17 +171,9 @@ func (l *Limiter) Commit(ctx context.Context, tenant, id string, used int64) (Se
 	if !first || len(rec.ops) == 0 {
 		return s, nil
 	}
-	ops, at := rec.ops[:0], rec.at[:0]
-	for i := range rec.ops {
-		op := rec.ops[i]
-		if op.Params.Kind == algorithm.Concurrency {
-			op.Slot = []byte(id) // freed, whatever was used
-			s.Slots++
-		} else if op.Cost = rec.reserved - used; op.Cost == 0 {
-			continue
-		}
-		ops, at = append(ops, op), append(at, rec.at[i])
-	}
+	// The slots are freed whatever was used.
+	ops, at, slots := rec.settleOps(id, rec.reserved-used, 0)
+	s.Slots = slots
 	if len(ops) == 0 {
 		return s, nil
 	}
@@ -224,15 +216,8 @@ func (l *Limiter) Renew(ctx context.Context, tenant, id string, ttl time.Duratio
 	if err != nil {
 		return fmt.Errorf("renew: lease %s: %w", id, err)
 	}
-	// The slots the lease holds live on as long as it does.
-	ops, at := rec.ops[:0], rec.at[:0]
-	for i := range rec.ops {
-		if rec.ops[i].Params.Kind == algorithm.Concurrency {
-			op := rec.ops[i]
-			op.Slot, op.SlotTTL = []byte(id), ttl.Microseconds()
-			ops, at = append(ops, op), append(at, rec.at[i])
-		}
-	}
+	// The slots the lease holds live on as long as it does; nothing else changes.
+	ops, at, _ := rec.settleOps(id, 0, ttl.Microseconds())
 	if len(ops) == 0 {
 		return nil
 	}
@@ -314,6 +299,25 @@ type decodedLease struct {
 	reserved int64
 	ops      []store.Op
 	at       []int64
+}
+
+// settleOps returns the ops of rec that settling lease id changes, in place of rec's, with
+// their instants: every concurrency op names the lease's slot, renewed to slotTTL µs from
+// now or freed at 0 (Op.Slot), and the others, when delta is not 0, give delta back (> 0)
+// or take -delta more; slots counts the concurrency ops.
+func (rec *decodedLease) settleOps(id string, delta, slotTTL int64) (ops []store.Op, at []int64, slots int) {
+	slot := []byte(id)
+	ops, at = rec.ops[:0], rec.at[:0]
+	for i, op := range rec.ops {
+		if op.Params.Kind == algorithm.Concurrency {
+			op.Slot, op.SlotTTL = slot, slotTTL
+			slots++
+		} else if op.Cost = delta; delta == 0 {
+			continue
+		}
+		ops, at = append(ops, op), append(at, rec.at[i])
+	}
+	return ops, at, slots
 }
 
 var errLeaseRecord = errors.New("malformed lease record")

@@ -265,25 +265,21 @@ func (s *Store) apply(ops []store.Op, results []algorithm.Result, now int64) {
 			allowed = allowed && !op.Binding()
 			continue
 		}
-		if op.Cost > 0 && op.Params.Kind == algorithm.Concurrency {
-			// A slot is taken for a lease that names it; without one the op only asked.
-			if op.Slot != nil {
-				p.undo.Save(st)
-				p.commit = true
-				idle := algorithm.TakeSlot(st, now, string(op.Slot), op.SlotTTL)
-				root := p
-				if p.alias >= 0 {
-					root = &ps[p.alias]
-				}
-				root.dirty, root.idleAt = true, max(root.idleAt, idle)
-			}
-		} else if op.Cost > 0 {
+		// A concurrency limit takes a slot only for a lease that names it; without one the op
+		// only asked whether a slot is free.
+		slots := op.Params.Kind == algorithm.Concurrency
+		if op.Cost > 0 && (!slots || op.Slot != nil) {
 			// Commit at once so that a later op on the same key sees it; undo if a sibling
 			// denies (the log's entries are shared with the entry; the rest is a copy). A
 			// counter counts whatever its siblings decide: its commit is never undone.
 			p.undo.Save(st)
 			p.commit = !op.Counter
-			idle := algorithm.Commit(op.Params, st, now, op.Cost)
+			var idle int64
+			if slots {
+				idle = algorithm.TakeSlot(st, now, string(op.Slot), op.SlotTTL)
+			} else {
+				idle = algorithm.Commit(op.Params, st, now, op.Cost)
+			}
 			root := p
 			if p.alias >= 0 {
 				root = &ps[p.alias]

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/store"
 )
 
 // Coalescing: concurrent Apply calls bound for one lane (the server, or one hash slot of a
@@ -32,6 +35,8 @@ type pending struct {
 
 	vals []int64 // batch.lua's reply, reused across uses
 	err  error
+
+	plain []plainOp // the batch's ops when plain commands may count them (plain.go)
 }
 
 const (
@@ -48,6 +53,8 @@ type lane struct {
 	queue   []*pending
 	spare   []*pending // the other buffer: the queue and the flight swap
 	running bool       // a goroutine runs loop; it stops when the queue is empty
+
+	plainBuf, scriptBuf []*pending // flush's split of a flight (plain.go)
 }
 
 func newLane(s *Store) *lane {
@@ -122,7 +129,6 @@ func (l *lane) flush(flight []*pending) {
 	now := time.Now()
 	live := flight[:0]
 	var deadline time.Time
-	nkeys, nargs := 0, 0
 	for _, p := range flight {
 		switch {
 		case p.state.Load() == pendingAbandoned:
@@ -135,32 +141,87 @@ func (l *lane) flush(flight []*pending) {
 			if p.deadline.After(deadline) {
 				deadline = p.deadline
 			}
-			nkeys += len(p.keys)
-			nargs += len(p.args)
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	// Fresh slices, as a pending batch's are: rueidis may still write a call's strings after
-	// the call timed out.
-	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs)
-	for _, p := range live {
-		keys = append(keys, p.keys...)
-		args = append(args, p.args...)
-	}
-	l.s.coalescedCalls.Add(1)
-	l.s.coalescedBatches.Add(uint64(len(live)))
 	// The latest of the callers' deadlines: each caller leaves at its own. The lane makes the
 	// round trip itself, not on a goroutine of do's: no caller waits on the lane but through
 	// its own timer (see coalesced), so leaving a call stuck in rueidis buys nothing here, and
 	// the hand-off to that goroutine and back was a cost of every call. A lane stuck in rueidis
 	// holds its queue, which is bounded (maxWaiting), until rueidis returns.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	replies := l.s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{{Keys: keys, Args: args}})
-	cancel()
-	msgs, err := replies[0].ToArray()
+	defer cancel()
+	if l.s.plainUsable() {
+		now, known := l.s.clock.now()
+		if l.s.now != nil {
+			now, known = l.s.now(), true
+		}
+		plain, scripts := l.plainBuf[:0], l.scriptBuf[:0]
+		for _, p := range live {
+			if len(p.plain) > 0 && known && l.s.plainFits(p, now) {
+				plain = append(plain, p)
+			} else {
+				scripts = append(scripts, p)
+			}
+		}
+		if len(plain) > 0 {
+			l.flushPlain(ctx, plain, scripts)
+			clear(plain)
+			clear(scripts)
+			l.plainBuf, l.scriptBuf = plain[:0], scripts[:0]
+			return
+		}
+	}
+	l.s.coalescedCalls.Add(1)
+	l.s.coalescedBatches.Add(uint64(len(live)))
+	sent := l.s.clock.local()
+	replies := l.s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(live)})
+	l.s.answerMulti(live, replies[0], sent, l.s.clock.local())
+}
+
+// multiExec is one multi.lua call deciding batches. Fresh slices, as a pending batch's are:
+// rueidis may still write a call's strings after the call timed out.
+func multiExec(batches []*pending) rueidis.LuaExec {
+	nkeys, nargs := 0, 0
+	for _, p := range batches {
+		nkeys += len(p.keys)
+		nargs += len(p.args)
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]string, 0, nargs)
+	for _, p := range batches {
+		keys = append(keys, p.keys...)
+		args = append(args, p.args...)
+	}
+	return rueidis.LuaExec{Keys: keys, Args: args}
+}
+
+// fcall is multiExec as a command of the library, for a pipeline of other commands.
+func (s *Store) fcall(batches []*pending) rueidis.Completed {
+	s.coalescedCalls.Add(1)
+	s.coalescedBatches.Add(uint64(len(batches)))
+	e := multiExec(batches)
+	return s.client.B().Fcall().Function(multiFunction).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+}
+
+// answerFcall answers batches from the reply of their fcall; a node that lost the library
+// gets it again and the call is made once more (see run).
+func (s *Store) answerFcall(ctx context.Context, batches []*pending, reply rueidis.RedisResult, sent, received int64) {
+	if err := reply.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
+		sent = s.clock.local()
+		reply = s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(batches)})[0]
+		received = s.clock.local()
+	}
+	s.answerMulti(batches, reply, sent, received)
+}
+
+// answerMulti answers batches from the reply of the multi.lua call that decided them, sent
+// and received at those instants of the clock's (redisClock.local), whose estimate of Redis's
+// clock the reply's time sets.
+func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, sent, received int64) {
+	msgs, err := reply.ToArray()
 	// The reply is flat: each batch's values follow the one before's (see multi.lua), so the
 	// whole of it is read before anyone is answered.
 	at := 0
@@ -179,11 +240,14 @@ func (l *lane) flush(flight []*pending) {
 	if err == nil && at != len(msgs) {
 		err = fmt.Errorf("script answered %d values, %d more than %d batches take", len(msgs), len(msgs)-at, len(live))
 	}
+	if p := live[0]; err == nil && p.err == nil && len(p.vals) >= 2 {
+		s.clock.observe(p.vals[1], sent, received)
+	}
 	for _, p := range live {
 		if err != nil {
 			p.err = err
 		}
-		l.s.answer(p)
+		s.answer(p)
 	}
 }
 
@@ -198,13 +262,15 @@ func (s *Store) answer(p *pending) {
 
 func (s *Store) recyclePending(p *pending) {
 	p.keys, p.args, p.err, p.vals = nil, nil, nil, p.vals[:0]
+	clear(p.plain)
+	p.plain = p.plain[:0]
 	s.pendings.Put(p)
 }
 
 // coalesced decides the groups through their lanes, execs[i] for groups[i], and fills
 // answers[i] with each group's reply values or error, valid until release. It returns an error
 // of the whole request when ctx ended first, as do does.
-func (s *Store) coalesced(ctx context.Context, deadline time.Time, sc *scratch, groups []group, execs []rueidis.LuaExec, answers []answer) error {
+func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batch, sc *scratch, groups []group, execs []rueidis.LuaExec, answers []answer) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -222,6 +288,9 @@ func (s *Store) coalesced(ctx context.Context, deadline time.Time, sc *scratch, 
 	for gi := range groups {
 		p := s.pendings.Get().(*pending)
 		p.keys, p.args, p.deadline = execs[gi].Keys, execs[gi].Args, deadline
+		if len(groups) == 1 {
+			s.plainOps(p, b, &groups[0])
+		}
 		p.state.Store(pendingQueued)
 		if err := s.laneFor(groups[gi].slot).submit(p); err != nil {
 			s.recyclePending(p)

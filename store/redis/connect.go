@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/url"
 	"strconv"
 	"strings"
@@ -27,7 +28,8 @@ import (
 // Query parameters: read_timeout (bounds every call, default 1s), dial_timeout, write_timeout,
 // max_flush_delay (durations; the last defaults to DefaultMaxFlushDelay, 0 turns it off),
 // pool_size, pipeline_multiplex (integers), coalesce=false (one script call per request rather
-// than one per lane's gathered requests, see coalesce.go), tls=true (sentinel and
+// than one per lane's gathered requests, see coalesce.go), plain_windows=false (every fixed
+// window decided by the script, see plain.go), tls=true (sentinel and
 // cluster forms), tls_ca_file (PEM of the CA that signed Redis's certificate),
 // tls_insecure_skip_verify=true, tls_cert_file and tls_key_file (PEM client certificate and key
 // for a Redis with tls-auth-clients, read again when they change),
@@ -52,7 +54,10 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redis store: connect to %s: %w", redact(rawURL), err)
 	}
 	prefix := queryOf(rawURL).Get("key_prefix")
-	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false", prefix: prefix, inbox: prefix + inboxKey}
+	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false", prefix: prefix, inbox: prefix + inboxKey,
+		plainWindows: queryOf(rawURL).Get("plain_windows") != "false"}
+	s.clock.born = time.Now()
+	s.near.seed = maphash.MakeSeed()
 	s.calls.New = func() any { return newCall(s) }
 	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	s.scratches.New = func() any { return new(scratch) }

@@ -108,6 +108,11 @@ type Store struct {
 
 	coalescedCalls, coalescedBatches atomic.Uint64 // see CoalesceStats
 
+	plainWindows                bool // count far fixed windows with plain commands (plain.go)
+	near                        near
+	clock                       redisClock
+	plainDecided, plainFellBack atomic.Uint64 // see PlainStats
+
 	// prefix starts every Redis key the store writes (the URL's key_prefix), so that
 	// deployments can share one Redis; a key's hash tag comes after it, so the slot is the
 	// same as without it.
@@ -316,7 +321,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	sc.size(len(groups))
 	answers, nows, answered, fresh := sc.answers, sc.nows, sc.answered, sc.fresh
 	if s.coalesce {
-		err := s.coalesced(ctx, deadline, sc, groups, execs, answers)
+		err := s.coalesced(ctx, deadline, b, sc, groups, execs, answers)
 		defer s.release(answers)
 		if err != nil {
 			keep = false

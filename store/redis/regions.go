@@ -63,19 +63,37 @@ func globEscape(s string) string {
 }
 
 // ReadStates sets states[i] to the state of keys[i] (store.StateReader) with one GET per key,
-// pipelined: zero for a key not held.
-func (s *Store) ReadStates(ctx context.Context, _ algorithm.Kind, keys [][]byte, states []algorithm.State) error {
+// pipelined: zero for a key not held. A fixed_window's state is a hash of window counts (see
+// lua/prelude.lua, load_fixed), read with HGETALL: the latest window it holds.
+func (s *Store) ReadStates(ctx context.Context, kind algorithm.Kind, keys [][]byte, states []algorithm.State) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	fixed := kind == algorithm.FixedWindow
 	cmds := make(rueidis.Commands, 0, len(keys))
 	for _, k := range keys {
-		cmds = append(cmds, s.client.B().Get().Key(s.key(k)).Build())
+		if fixed {
+			cmds = append(cmds, s.client.B().Hgetall().Key(s.key(k)).Build())
+		} else {
+			cmds = append(cmds, s.client.B().Get().Key(s.key(k)).Build())
+		}
 	}
 	for i, r := range s.client.DoMulti(ctx, cmds...) {
 		states[i] = algorithm.State{}
+		if fixed {
+			counts, err := r.AsStrMap()
+			if err == nil {
+				states[i] = latestWindow(counts)
+				continue
+			}
+			if !strings.Contains(err.Error(), "WRONGTYPE") {
+				return fmt.Errorf("%w: redis read state: %w", store.ErrUnavailable, err)
+			}
+			// The "t:v:w" string of an earlier version.
+			r = s.client.Do(ctx, s.client.B().Get().Key(s.key(keys[i])).Build())
+		}
 		raw, err := r.ToString()
 		if rueidis.IsRedisNil(err) {
 			continue
@@ -90,6 +108,20 @@ func (s *Store) ReadStates(ctx context.Context, _ algorithm.Kind, keys [][]byte,
 		states[i] = st
 	}
 	return nil
+}
+
+// latestWindow is the fixed_window state of a hash of counts by window start: its latest
+// window's. Fields that are not two integers are skipped.
+func latestWindow(counts map[string]string) algorithm.State {
+	var st algorithm.State
+	for field, count := range counts {
+		start, err1 := strconv.ParseInt(field, 10, 64)
+		n, err2 := strconv.ParseInt(count, 10, 64)
+		if err1 == nil && err2 == nil && start >= st.T {
+			st = algorithm.State{T: start, V: n}
+		}
+	}
+	return st
 }
 
 // parseState reads the "t:v:w" string the scripts store (lua/prelude.lua, save_state); a

@@ -118,7 +118,7 @@ end
 -- adjust_key settles one op on its key's state and writes it back; it reports whether the
 -- state changed.
 local function adjust_key(p, key, log_key, now, at, delta)
-  local s = load_state(key, log_key, p.kind, {})
+  local s = load_state(key, log_key, p.kind, {}, p, now)
   local changed, idle = adjust_one(p, s, now, at, delta)
   if not changed then return false end
   local expire = nil

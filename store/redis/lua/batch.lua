@@ -3,7 +3,7 @@
 -- It follows prelude.lua and the six algorithm files, in one script or one Redis Function
 -- library, and defines batch(KEYS, ARGV).
 --
--- KEYS: per op, its state ("t:v:w"), then, for a sliding_window_log op only, its log list;
+-- KEYS: per op, its state ("t:v:w", a fixed_window's hash: see load_fixed), then, for a sliding_window_log op only, its log list;
 --       then, when the batch has an idempotency TTL, the idempotency record.
 -- ARGV: [1] the head: "n", the number of ops, when the batch has n KEYS, no idempotency and
 --       uses Redis TIME (the production case, read through number's cache); else
@@ -177,7 +177,7 @@ local function batch_at(KEYS, ARGV, ko, ao, n, nk, now, ttl, fp, out, o)
         s = {}
         states[nstates] = s
       end
-      load_state(key, KEYS[k + 2], p.kind, s)
+      load_state(key, KEYS[k + 2], p.kind, s, p, now)
       states_by_key[key] = s
     elseif p.kind == SLIDING_WINDOW_LOG and s.log == NO_LOG then
       s.log = {} -- a log op on a key another kind loaded: NO_LOG stays empty

@@ -1,17 +1,12 @@
 -- fixed_window.lua: the twin of algorithm.Decide/Commit for fixed_window.
--- State: t = window start (µs), v = count. A calendar window (p.bounds set) takes its start and
--- end from calendar_window; the others are aligned to the epoch.
+-- State: t = window start (µs), v = count, wend = window end (see load_fixed). A calendar
+-- window (p.bounds set) takes its start and end from calendar_window; the others are aligned
+-- to the epoch.
 
 algorithms[FIXED_WINDOW] = {
   decide = function(p, s, now, cost, r)
-    local start, stop
-    if p.bounds then
-      start, stop = calendar_window(p, now)
-    else
-      start = window(p, now)
-      stop = start + p.period
-    end
-    if s.t ~= start then s.t, s.v = start, 0 end
+    local start, stop = fixed_window_bounds(p, now)
+    if s.t ~= start then s.t, s.v, s.wend = start, 0, stop end
     clear_result(r)
     local count = s.v
     if cost > p.limit then

@@ -4,7 +4,8 @@
 -- Op p: an op's limit (kind, limit, burst, period, tick, tick_exp, period_ticks, scale, rate,
 -- capacity), its cost and mode (see parse_op).
 -- State s: t, v, w (integers, as in algorithm.State), log (sliding_window_log entries).
--- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it.
+-- Stored as the string "t:v:w" under the bucket key, and the log as a list beside it; a
+-- fixed_window's count as a hash field instead (see load_state).
 -- Result r: allowed, reason, remaining, reset, retry, delay (durations in µs from now).
 --
 -- Creating a table costs about as much inside Redis as a GET, so the hot path makes none: the
@@ -15,8 +16,8 @@
 -- (bind_globals): a Function library may not touch math or redis.call while it loads, and a
 -- wrapper looking them up on every use was a measurable part of a call. The hot paths (a
 -- state's GET and SET) use call; the rest looks redis.call up.
-local floor, call
-local function bind_globals() floor, call = math.floor, redis.call end
+local floor, call, pcall_redis
+local function bind_globals() floor, call, pcall_redis = math.floor, redis.call, redis.pcall end
 local TOKEN_BUCKET, GCRA, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER = 1, 2, 3, 4, 5, 6
 local CONCURRENCY = 7
 -- MAX_SLOT_WAIT bounds a concurrency result's waits, as algorithm's maxSlotWait (MaxPeriod).
@@ -151,17 +152,62 @@ local function bucket_string(s)
   return head .. ';' .. s.braw
 end
 
+local function fmt(x) return string.format('%d', x) end
+
+-- decimal is fmt kept, as number keeps tonumber: the states a call writes hold the same parts
+-- again and again, and a lookup costs a fraction of string.format.
+local decimals, decimals_size = {}, 0
+local function decimal(x)
+  local str = decimals[x]
+  if str then return str end
+  str = fmt(x)
+  if decimals_size >= 4096 then decimals, decimals_size = {}, 0 end
+  decimals[x], decimals_size = str, decimals_size + 1
+  return str
+end
+
+-- fixed_window_bounds is the start and end (µs) of p's fixed window that holds now.
+local function fixed_window_bounds(p, now)
+  if p.bounds then return calendar_window(p, now) end
+  local start = window(p, now)
+  return start, start + p.period
+end
+
+-- A fixed_window's count lives in a hash at its key, one field per window named by the
+-- window's start (µs, decimal), the key expiring when the window ends: then a node can count a
+-- request far from its limit with plain commands (HINCRBY, PEXPIREAT; store/redis/plain.go)
+-- rather than a script, and both meet on the same count. A field is written only for the
+-- window that holds now, and one for a new window replaces the hash whole, so the hash holds
+-- the current window alone. load_fixed reads p's window that holds now into s; a key that
+-- still holds the "t:v:w" string of an earlier version is read as that string, and replaced
+-- by the hash when written.
+local function load_fixed(key, p, now, s)
+  local start, stop = fixed_window_bounds(p, now)
+  s.t, s.wend, s.t0, s.fresh = start, stop, start, true
+  local raw = pcall_redis('HGET', key, decimal(start))
+  if type(raw) == 'table' then
+    raw = call('GET', key) -- WRONGTYPE: the string of an earlier version
+    local t, v = string.match(raw or '', '^([^:]*):([^:]*):')
+    if number(t) == start then s.v = number(v) or 0 end
+  elseif raw then
+    s.v, s.fresh = number(raw) or 0, false
+  end
+  return s
+end
+
 -- load_state reads a key's state into s (a table of the caller's, every field overwritten),
 -- stored as the string "t:v:w" (one GET is several times cheaper inside a script than a
 -- hash's HMGET), and for sliding_window_log the entries of its log list ("at:cost"
--- elements). A missing key is a fresh state.
-local function load_state(key, log_key, kind, s)
+-- elements). A missing key is a fresh state. A fixed_window's state is its window's at now
+-- (load_fixed), which p and now name.
+local function load_state(key, log_key, kind, s, p, now)
   s.t, s.v, s.w, s.log, s.head, s.loaded, s.idle = 0, 0, 0, NO_LOG, 1, 0, 0
   s.key, s.log_key, s.kind, s.dirty, s.last_changed = key, log_key, kind, false, false
   s.bn, s.bexp, s.bsum, s.braw, s.blast = 0, 0, 0, '', nil
   s.zread = false
   -- A concurrency key's slots are a sorted set at log_key, read by its decide.
   if kind == CONCURRENCY then return s end
+  if kind == FIXED_WINDOW then return load_fixed(key, p, now, s) end
   local raw = call('GET', key)
   if raw then
     -- A character class matches at half the cost of %d+; a state that is not three integers
@@ -182,26 +228,33 @@ local function load_state(key, log_key, kind, s)
   return s
 end
 
-local function fmt(x) return string.format('%d', x) end
-
--- decimal is fmt kept, as number keeps tonumber: the states a call writes hold the same parts
--- again and again, and a lookup costs a fraction of string.format.
-local decimals, decimals_size = {}, 0
-local function decimal(x)
-  local str = decimals[x]
-  if str then return str end
-  str = fmt(x)
-  if decimals_size >= 4096 then decimals, decimals_size = {}, 0 end
-  decimals[x], decimals_size = str, decimals_size + 1
-  return str
-end
-
 -- The value save_state wrote last and the numbers it was made of: states often differ from the
 -- one written before in none of them (every fresh key of a window holds its start, 1 and 0).
 local saved_t, saved_v, saved_w, saved_value = nil, nil, nil, nil
 
--- save_state writes t:v:w (and a counter's buckets), expiring at expire (ms, a string) or keeping the key's TTL.
+-- The window end (µs) a fixed_window's key expired at last, and the PEXPIREAT argument.
+local fixed_end, fixed_expire = nil, nil
+
+-- save_fixed writes a fixed_window's count (see load_fixed). The key expires at the last
+-- millisecond that starts before the window ends (Redis drops a key once its time is past the
+-- expiry), so a command of the next window finds no key; plain.go's commands expire it alike.
+local function save_fixed(s)
+  local field = decimal(s.t)
+  if s.fresh or s.t ~= s.t0 then
+    if s.wend ~= fixed_end then fixed_end, fixed_expire = s.wend, fmt(idiv(s.wend - 1, 1000)) end
+    call('DEL', s.key)
+    call('HSET', s.key, field, decimal(s.v))
+    call('PEXPIREAT', s.key, fixed_expire)
+    s.fresh, s.t0 = false, s.t
+  else
+    call('HSET', s.key, field, decimal(s.v))
+  end
+end
+
+-- save_state writes t:v:w (and a counter's buckets), expiring at expire (ms, a string) or
+-- keeping the key's TTL; a fixed_window's count, expiring with its window (save_fixed).
 local function save_state(s, expire)
+  if s.kind == FIXED_WINDOW then return save_fixed(s) end
   local t, v, w = s.t, s.v, s.w
   if t ~= saved_t or v ~= saved_v or w ~= saved_w then
     saved_t, saved_v, saved_w = t, v, w

@@ -18,7 +18,7 @@ local function refund(KEYS, ARGV)
     local p, slot_id = parse_op_slot(ARGV[2 + i])
     local cost = p.cost
     local key, log_key = KEYS[2 * i - 1], KEYS[2 * i]
-    local s = load_state(key, log_key, p.kind, {})
+    local s = load_state(key, log_key, p.kind, {}, p, now)
     if p.kind == CONCURRENCY then
       -- The slot batch.lua took for the lease goes back whole.
       if cost > 0 and slot_id then redis.call('ZREM', log_key, slot_id) end
@@ -36,9 +36,11 @@ local function refund(KEYS, ARGV)
         local now_t = ticks(p, now)
         local debt = imax(0, gcra_debt(p, s, now_t) - inc)
         s.t, s.v = now_t + idiv(debt, p.rate), imod(debt, p.rate)
-      elseif (p.kind == FIXED_WINDOW or p.kind == SLIDING_WINDOW_COUNTER) and s.t == start then
+      elseif p.kind == FIXED_WINDOW and not s.fresh then
         s.v = imax(0, s.v - cost)
-        if p.kind == SLIDING_WINDOW_COUNTER then counter_refund(p, s, now, cost) end
+      elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start then
+        s.v = imax(0, s.v - cost)
+        counter_refund(p, s, now, cost)
       elseif p.kind == SLIDING_WINDOW_COUNTER and s.t == start + p.period then
         s.w = imax(0, s.w - cost)
         counter_refund(p, s, now, cost)
@@ -69,7 +71,7 @@ local function refund(KEYS, ARGV)
   for i = 1, n do
     local p = parse_op_slot(ARGV[2 + i])
     local r = {}
-    p.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}), now, 0, r)
+    p.decide(p, load_state(KEYS[2 * i - 1], KEYS[2 * i], p.kind, {}, p, now), now, 0, r)
     out[#out + 1] = r.remaining
     out[#out + 1] = r.reset
   end

@@ -1,0 +1,310 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store"
+)
+
+// Plain windows: a request whose limits are all fixed windows far from their limits is counted
+// with plain commands, HINCRBY on the window's field of the key's hash and PEXPIREAT (the same
+// count the scripts keep: lua/prelude.lua, load_fixed), rather than by a script, whose
+// interpreter was most of what a check cost Redis (docs/measurements.md, issue 31). The
+// commands go in the lane's pipeline with the script call of the batches that need one.
+//
+// The node picks each op's window from its estimate of Redis's clock; two TIME commands, one
+// before the increments and one after, bracket the instant Redis ran them. A batch is allowed
+// when every op's window is the one that bracket holds and every count is within its limit.
+// Otherwise (a count over its limit, a window edge, a wrong estimate, an error) its increments
+// are given back and the batch is decided by the script, exactly, in the next round trip. So
+// nothing is ever admitted past a limit, and a denial consumes nothing; what the fast path
+// trades is that a count stands high by the increments of batches about to fall back until
+// their give-back lands, one round trip later, and a request decided in between may be denied
+// by that much. Keys whose count came near their limit (nearMargin) are sent to the script
+// until their window ends, so that only requests racing each other across that margin ever
+// fall back.
+
+// plainOp is one op of a batch that may be counted with plain commands.
+type plainOp struct {
+	key           string // the Redis key: the hash of the op's window counts
+	limit, period int64
+	cost          int64
+	start         int64 // the window the op was sent for (µs, Redis's clock)
+}
+
+// plainGuard keeps the fast path away from a window's end: a window that ends within it of
+// redisClock's bound is left to the script, since Redis's clock may be past the bound by a
+// round trip and then the increments would land in a window that is over (and fall back).
+const plainGuard = 5 * time.Millisecond
+
+// nearSize is the number of keys the near table remembers (a direct-mapped table: a key that
+// takes another's place only sends that one to the script once more).
+const nearSize = 1 << 14
+
+// nearMargin is how close to its limit a count may come before its key is left to the script
+// for the rest of the window.
+func nearMargin(limit, cost int64) int64 { return max(cost, limit/8) }
+
+// near remembers keys whose count came near its limit, until their window ends.
+type near struct {
+	seed    maphash.Seed
+	entries [nearSize]struct{ hash, until atomic.Int64 }
+}
+
+func (n *near) holds(key string, now int64) bool {
+	h := int64(maphash.String(n.seed, key))
+	e := &n.entries[uint64(h)%nearSize]
+	return e.hash.Load() == h && e.until.Load() > now
+}
+
+func (n *near) mark(key string, until int64) {
+	h := int64(maphash.String(n.seed, key))
+	e := &n.entries[uint64(h)%nearSize]
+	e.until.Store(until)
+	e.hash.Store(h)
+}
+
+// redisClock bounds Redis's clock (µs) from below, from the TIMEs it answered, against this
+// process's monotonic clock. The bound chooses which window a request is sent for: a window
+// Redis has certainly reached, never one ahead of it, since an increment sent early would meet
+// the window's count before the window began, where the script (which starts a window's count
+// afresh) or the key's expiry could drop it and the give-back then take from the window's real
+// count. Sent late, an increment lands in a window that is over and is given back there, which
+// no one reads again. The TIMEs around the increments tell the two apart.
+type redisClock struct {
+	born time.Time
+	// at is a TIME Redis answered minus the local instant its reply came in: Redis's clock was
+	// at least at + local() whenever local() was read since, give or take the clocks' drift.
+	at    atomic.Int64
+	known atomic.Bool
+	since atomic.Int64 // local() when at was set
+}
+
+// clockDrift is the most two hosts' clocks are taken to part by (NTP slews by 500 ppm at most;
+// twice that for both), and clockMargin is kept below the bound besides.
+const (
+	clockDrift  = 1000 // per million
+	clockMargin = 1000 // µs
+)
+
+func (c *redisClock) local() int64 { return time.Since(c.born).Microseconds() }
+
+// observe takes a TIME Redis read between the local instants sent and received.
+func (c *redisClock) observe(redisNow, sent, received int64) {
+	c.at.Store(redisNow - received)
+	c.since.Store(received)
+	c.known.Store(true)
+}
+
+// now is a bound below Redis's clock, and whether there is one yet.
+func (c *redisClock) now() (int64, bool) {
+	if !c.known.Load() {
+		return 0, false
+	}
+	local := c.local()
+	age := local - c.since.Load()
+	return local + c.at.Load() - clockMargin - age*clockDrift/1_000_000, true
+}
+
+// WithPlainWindows turns plain windows (plain.go) on or off; the URL's plain_windows=false
+// turns them off too. They are on by default where they apply: one server or Sentinel (not a
+// Cluster, whose TIME would come from another node than the counts), Redis Functions, and
+// coalescing.
+func WithPlainWindows(on bool) Option { return func(s *Store) { s.plainWindows = on } }
+
+// PlainStats returns how many batches plain commands decided and how many of those attempts
+// fell back to the script.
+func (s *Store) PlainStats() (decided, fellBack uint64) {
+	return s.plainDecided.Load(), s.plainFellBack.Load()
+}
+
+// plainOps fills p.plain with b's ops when each may be counted with plain commands, and
+// returns whether they may.
+func (s *Store) plainOps(p *pending, b *store.Batch, g *group) bool {
+	p.plain = p.plain[:0]
+	if !s.plainUsable() || len(b.IdempotencyKey) > 0 || b.Lease || len(b.OpAt) == len(b.Ops) {
+		return false
+	}
+	for j, i := range g.ops {
+		op := &b.Ops[i]
+		pr := op.Params
+		if pr.Kind != algorithm.FixedWindow || pr.Calendar() != nil || pr.Period%1000 != 0 || pr.Drains() ||
+			op.Counter || op.Slot != nil || op.Cost < 1 || op.Cost > pr.Limit {
+			p.plain = p.plain[:0]
+			return false
+		}
+		p.plain = append(p.plain, plainOp{key: g.keys[j], limit: pr.Limit, period: pr.Period, cost: op.Cost})
+	}
+	return len(p.plain) > 0
+}
+
+// plainFits reports whether p's ops may go plain at now (redisClock's bound), and sets the
+// window each is sent for.
+func (s *Store) plainFits(p *pending, now int64) bool {
+	guard := plainGuard.Microseconds()
+	for i := range p.plain {
+		op := &p.plain[i]
+		start := now - now%op.period
+		if start+op.period-now <= guard || s.near.holds(op.key, now) {
+			return false
+		}
+		op.start = start
+	}
+	return true
+}
+
+// expireAt is the PEXPIREAT argument of a window that ends at end (µs): the last millisecond
+// that starts before it, as lua/prelude.lua's save_fixed.
+func expireAt(end int64) int64 { return (end - 1) / 1000 }
+
+// plainUsable reports whether plain windows apply to this store at all (see WithPlainWindows).
+func (s *Store) plainUsable() bool {
+	return s.plainWindows && s.coalesce && s.functions && !s.cluster
+}
+
+// flushPlain decides the live batches, those in plain by plain commands and the others by one
+// script call, in one round trip; batches whose plain attempt failed are given back and
+// decided by the script in a second.
+func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
+	s := l.s
+	test := s.now != nil
+	cmds := make(rueidis.Commands, 0, 2*len(plain)*2+3)
+	if !test {
+		cmds = append(cmds, s.client.B().Time().Build())
+	}
+	fields := make([]string, 0, 2*len(plain))
+	for _, p := range plain {
+		for i := range p.plain {
+			op := &p.plain[i]
+			field := strconv.FormatInt(op.start, 10)
+			fields = append(fields, field)
+			cmds = append(cmds,
+				s.client.B().Hincrby().Key(op.key).Field(field).Increment(op.cost).Build(),
+				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(op.start+op.period)).Nx().Build())
+		}
+	}
+	if !test {
+		cmds = append(cmds, s.client.B().Time().Build())
+	}
+	if len(scripts) > 0 {
+		cmds = append(cmds, s.fcall(scripts))
+	}
+	sent := s.clock.local()
+	replies := s.client.DoMulti(ctx, cmds...)
+	received := s.clock.local()
+	if len(scripts) > 0 {
+		s.answerFcall(ctx, scripts, replies[len(replies)-1], sent, received)
+	}
+
+	var t1, t2 int64
+	var err error
+	at := 0
+	if test {
+		t1 = s.now()
+		t2 = t1
+	} else {
+		if t1, err = redisTime(replies[0]); err == nil {
+			t2, err = redisTime(replies[1+2*countOps(plain)])
+		}
+		if err == nil {
+			s.clock.observe(t1, sent, received)
+		}
+		at = 1
+	}
+	var refunds rueidis.Commands
+	var fallback []*pending
+	f := 0
+	for _, p := range plain {
+		ok := err == nil
+		p.vals = append(p.vals[:0], decided, t1)
+		first, firstField := at, f
+		for i := range p.plain {
+			op := &p.plain[i]
+			end := op.start + op.period
+			count, cerr := replies[at].AsInt64()
+			switch {
+			case cerr != nil:
+				ok = false
+			case count > op.limit:
+				ok = false
+				s.near.mark(op.key, end)
+			case count > op.limit-nearMargin(op.limit, op.cost):
+				s.near.mark(op.key, end)
+			}
+			if t1 < op.start || t2 >= end {
+				ok = false // Redis's clock was not in the window the op was sent for
+			}
+			p.vals = append(p.vals, 1, 0, op.limit-count, end-t1, 0, 0)
+			at += 2
+			f++
+		}
+		if ok {
+			s.plainDecided.Add(1)
+			s.answer(p)
+			continue
+		}
+		if err != nil {
+			// Nothing is known of what Redis ran: as any call that failed.
+			p.err = err
+			s.answer(p)
+			continue
+		}
+		// Give back what the batch counted, then decide it by the script.
+		s.plainFellBack.Add(1)
+		for i := range p.plain {
+			op := &p.plain[i]
+			if _, cerr := replies[first+2*i].AsInt64(); cerr != nil {
+				continue
+			}
+			refunds = append(refunds,
+				s.client.B().Hincrby().Key(op.key).Field(fields[firstField+i]).Increment(-op.cost).Build(),
+				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(op.start+op.period)).Nx().Build())
+		}
+		fallback = append(fallback, p)
+	}
+	if len(fallback) == 0 {
+		return
+	}
+	// A give-back that failed leaves its units counted for the rest of the window: quota
+	// lost, never granted twice; the script decides the batch all the same.
+	refunds = append(refunds, s.fcall(fallback))
+	sent = s.clock.local()
+	replies = s.client.DoMulti(ctx, refunds...)
+	s.answerFcall(ctx, fallback, replies[len(replies)-1], sent, s.clock.local())
+}
+
+func countOps(ps []*pending) int {
+	n := 0
+	for _, p := range ps {
+		n += len(p.plain)
+	}
+	return n
+}
+
+// redisTime reads a TIME reply in µs.
+func redisTime(r rueidis.RedisResult) (int64, error) {
+	parts, err := r.AsStrSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(parts) != 2 {
+		return 0, errors.New("TIME answered no seconds and microseconds")
+	}
+	sec, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	usec, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return sec*1_000_000 + usec, nil
+}

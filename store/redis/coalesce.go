@@ -55,6 +55,8 @@ type lane struct {
 	running bool       // a goroutine runs loop; it stops when the queue is empty
 
 	plainBuf, scriptBuf []*pending // flush's split of a flight (plain.go)
+	counting            map[string]int32
+	incs                []counted
 }
 
 func newLane(s *Store) *lane {

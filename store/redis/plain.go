@@ -38,6 +38,8 @@ type plainOp struct {
 	limit, period int64
 	cost          int64
 	start         int64 // the window the op was sent for (µs, Redis's clock)
+	inc           int32 // its key's increment in the flush (see counted)
+	upTo          int64 // the increment's cost up to and with this op
 }
 
 // plainGuard keeps the fast path away from a window's end: a window that ends within it of
@@ -170,26 +172,58 @@ func (s *Store) plainUsable() bool {
 	return s.plainWindows && s.coalesce && s.functions && !s.cluster
 }
 
+// counted is one key's increment in a flush: the ops of the flight on that key and window
+// are counted by one HINCRBY of their summed cost (every request of a flight touches the
+// global key, say), each op reading its own count off the sum (see flushPlain).
+type counted struct {
+	key   string // the first op's string: read only until a batch is answered
+	field string
+	start int64
+	end   int64
+	cost  int64 // the flight's ops' costs, summed in flight order
+}
+
 // flushPlain decides the live batches, those in plain by plain commands and the others by one
 // script call, in one round trip; batches whose plain attempt failed are given back and
 // decided by the script in a second.
+//
+// The ops of the flight on one key and window share one HINCRBY, as if sent one after the
+// other in flight order: an op's count is the sum's reply less the costs of the ops after it,
+// and it fits its limit when that count does. One that does not fails its batch, which falls
+// back; the ops before it stand, as they would have alone.
 func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	s := l.s
 	test := s.now != nil
-	cmds := make(rueidis.Commands, 0, 2*len(plain)*2+3)
-	if !test {
-		cmds = append(cmds, s.client.B().Time().Build())
+	if l.counting == nil {
+		l.counting = make(map[string]int32)
 	}
-	fields := make([]string, 0, 2*len(plain))
+	incs := l.incs[:0]
 	for _, p := range plain {
 		for i := range p.plain {
 			op := &p.plain[i]
-			field := strconv.FormatInt(op.start, 10)
-			fields = append(fields, field)
-			cmds = append(cmds,
-				s.client.B().Hincrby().Key(op.key).Field(field).Increment(op.cost).Build(),
-				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(op.start+op.period)).Nx().Build())
+			c, ok := l.counting[op.key]
+			if !ok || incs[c].start != op.start {
+				c = int32(len(incs))
+				l.counting[op.key] = c
+				incs = append(incs, counted{key: op.key, field: strconv.FormatInt(op.start, 10), start: op.start, end: op.start + op.period})
+			}
+			incs[c].cost += op.cost
+			op.inc, op.upTo = c, incs[c].cost
 		}
+	}
+	// The keys are the callers' strings (see Apply's scratch), which a caller answered below
+	// may reuse: forgotten before anyone is.
+	clear(l.counting)
+	l.incs = incs
+	cmds := make(rueidis.Commands, 0, 2*len(incs)+3)
+	if !test {
+		cmds = append(cmds, s.client.B().Time().Build())
+	}
+	for i := range incs {
+		c := &incs[i]
+		cmds = append(cmds,
+			s.client.B().Hincrby().Key(c.key).Field(c.field).Increment(c.cost).Build(),
+			s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
 	}
 	if !test {
 		cmds = append(cmds, s.client.B().Time().Build())
@@ -206,45 +240,42 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 
 	var t1, t2 int64
 	var err error
-	at := 0
+	first := 0 // where the increments' replies start
 	if test {
 		t1 = s.now()
 		t2 = t1
 	} else {
 		if t1, err = redisTime(replies[0]); err == nil {
-			t2, err = redisTime(replies[1+2*countOps(plain)])
+			t2, err = redisTime(replies[1+2*len(incs)])
 		}
 		if err == nil {
 			s.clock.observe(t1, sent, received)
 		}
-		at = 1
+		first = 1
 	}
 	var refunds rueidis.Commands
 	var fallback []*pending
-	f := 0
 	for _, p := range plain {
 		ok := err == nil
 		p.vals = append(p.vals[:0], decided, t1)
-		first, firstField := at, f
 		for i := range p.plain {
 			op := &p.plain[i]
-			end := op.start + op.period
-			count, cerr := replies[at].AsInt64()
+			c := &incs[op.inc]
+			sum, cerr := replies[first+2*int(op.inc)].AsInt64()
+			count := sum - (c.cost - op.upTo)
 			switch {
 			case cerr != nil:
 				ok = false
 			case count > op.limit:
 				ok = false
-				s.near.mark(op.key, end)
+				s.near.mark(op.key, c.end)
 			case count > op.limit-nearMargin(op.limit, op.cost):
-				s.near.mark(op.key, end)
+				s.near.mark(op.key, c.end)
 			}
-			if t1 < op.start || t2 >= end {
+			if t1 < op.start || t2 >= c.end {
 				ok = false // Redis's clock was not in the window the op was sent for
 			}
-			p.vals = append(p.vals, 1, 0, op.limit-count, end-t1, 0, 0)
-			at += 2
-			f++
+			p.vals = append(p.vals, 1, 0, op.limit-count, c.end-t1, 0, 0)
 		}
 		if ok {
 			s.plainDecided.Add(1)
@@ -257,19 +288,22 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 			s.answer(p)
 			continue
 		}
-		// Give back what the batch counted, then decide it by the script.
+		// Give back what the batch counted, then decide it by the script. By the batch's own
+		// key strings: its increment's may be those of a batch already answered.
 		s.plainFellBack.Add(1)
 		for i := range p.plain {
 			op := &p.plain[i]
-			if _, cerr := replies[first+2*i].AsInt64(); cerr != nil {
+			c := &incs[op.inc]
+			if replies[first+2*int(op.inc)].Error() != nil {
 				continue
 			}
 			refunds = append(refunds,
-				s.client.B().Hincrby().Key(op.key).Field(fields[firstField+i]).Increment(-op.cost).Build(),
-				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(op.start+op.period)).Nx().Build())
+				s.client.B().Hincrby().Key(op.key).Field(c.field).Increment(-op.cost).Build(),
+				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
 		}
 		fallback = append(fallback, p)
 	}
+	clear(incs)
 	if len(fallback) == 0 {
 		return
 	}
@@ -279,14 +313,6 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	sent = s.clock.local()
 	replies = s.client.DoMulti(ctx, refunds...)
 	s.answerFcall(ctx, fallback, replies[len(replies)-1], sent, s.clock.local())
-}
-
-func countOps(ps []*pending) int {
-	n := 0
-	for _, p := range ps {
-		n += len(p.plain)
-	}
-	return n
 }
 
 // redisTime reads a TIME reply in µs.

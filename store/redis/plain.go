@@ -67,6 +67,13 @@ func (n *near) holds(key string, now int64) bool {
 	return e.hash.Load() == h && e.until.Load() > now
 }
 
+// is reports whether key was marked until exactly until.
+func (n *near) is(key string, until int64) bool {
+	h := int64(maphash.String(n.seed, key))
+	e := &n.entries[uint64(h)%nearSize]
+	return e.hash.Load() == h && e.until.Load() == until
+}
+
 func (n *near) mark(key string, until int64) {
 	h := int64(maphash.String(n.seed, key))
 	e := &n.entries[uint64(h)%nearSize]
@@ -181,6 +188,10 @@ type counted struct {
 	start int64
 	end   int64
 	cost  int64 // the flight's ops' costs, summed in flight order
+	reply int   // the index of its HINCRBY's reply
+	// expire is set when a PEXPIREAT follows the HINCRBY: the first this node sends for the
+	// key's window (see Store.expiring).
+	expire bool
 }
 
 // flushPlain decides the live batches, those in plain by plain commands and the others by one
@@ -221,10 +232,15 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	}
 	for i := range incs {
 		c := &incs[i]
-		cmds = append(cmds,
-			s.client.B().Hincrby().Key(c.key).Field(c.field).Increment(c.cost).Build(),
-			s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+		c.reply = len(cmds)
+		cmds = append(cmds, s.client.B().Hincrby().Key(c.key).Field(c.field).Increment(c.cost).Build())
+		// A key this node already gave its window's expiry keeps it: the key lives only
+		// for that window (see save_fixed), so it is not sent again.
+		if c.expire = !s.expiring.is(c.key, c.end); c.expire {
+			cmds = append(cmds, s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+		}
 	}
+	second := len(cmds)
 	if !test {
 		cmds = append(cmds, s.client.B().Time().Build())
 	}
@@ -240,18 +256,33 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 
 	var t1, t2 int64
 	var err error
-	first := 0 // where the increments' replies start
 	if test {
 		t1 = s.now()
 		t2 = t1
 	} else {
 		if t1, err = redisTime(replies[0]); err == nil {
-			t2, err = redisTime(replies[1+2*len(incs)])
+			t2, err = redisTime(replies[second])
 		}
 		if err == nil {
 			s.clock.observe(t1, sent, received)
 		}
-		first = 1
+	}
+	var repairs rueidis.Commands
+	for i := range incs {
+		c := &incs[i]
+		if c.expire {
+			if _, perr := replies[c.reply+1].AsInt64(); perr == nil {
+				s.expiring.mark(c.key, c.end)
+			}
+		} else if sum, cerr := replies[c.reply].AsInt64(); cerr == nil && sum == c.cost {
+			// A fresh count on a key this node had given its expiry: the key went in
+			// between (a reset, an eviction), and the increment made it anew without one.
+			repairs = append(repairs, s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+		}
+	}
+	if len(repairs) > 0 {
+		// Before any caller is answered: the keys are theirs (see counting).
+		s.client.DoMulti(ctx, repairs...)
 	}
 	var refunds rueidis.Commands
 	var fallback []*pending
@@ -261,7 +292,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 		for i := range p.plain {
 			op := &p.plain[i]
 			c := &incs[op.inc]
-			sum, cerr := replies[first+2*int(op.inc)].AsInt64()
+			sum, cerr := replies[c.reply].AsInt64()
 			count := sum - (c.cost - op.upTo)
 			switch {
 			case cerr != nil:
@@ -294,7 +325,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 		for i := range p.plain {
 			op := &p.plain[i]
 			c := &incs[op.inc]
-			if replies[first+2*int(op.inc)].Error() != nil {
+			if replies[c.reply].Error() != nil {
 				continue
 			}
 			refunds = append(refunds,

@@ -274,3 +274,47 @@ func redisHour(t *testing.T, srv *redistest.Server) int64 {
 	s, _ := strconv.ParseInt(v, 10, 64)
 	return s / 3600
 }
+
+// TestPlainWindowsKeepExpiry: every key the fast path counts expires with its window, the
+// first time (its PEXPIREAT) and after the key went mid-window (a reset), when this node
+// no longer sends one: the fresh count on a key it had given its expiry repairs it.
+func TestPlainWindowsKeepExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 100, 0, time.Minute)
+	k := key.AppendTag(key.AppendHead(nil, "expiry", "v1"), 'u', "a")
+	res := make([]algorithm.Result, 1)
+	apply := func() {
+		t.Helper()
+		if _, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 1}}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("%+v, %v", res[0], err)
+		}
+	}
+	end := c.Now() - c.Now()%p.Period + p.Period
+	expiresAt := func(what string) {
+		t.Helper()
+		at, err := srv.Do("PEXPIRETIME", redisKey(k))
+		if err != nil || at != strconv.FormatInt((end-1)/1000, 10) {
+			t.Fatalf("%s: the key expires at %s (%v), want the window's last millisecond %d", what, at, err, (end-1)/1000)
+		}
+	}
+	apply() // the script: the node learns the (test's) clock
+	for range 3 {
+		apply()
+	}
+	expiresAt("counted")
+	if err := st.Reset(ctx, [][]byte{k}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.PlainStats()
+	apply()
+	if after, _ := st.PlainStats(); after != before+1 {
+		t.Fatalf("the count after the reset was not the fast path's (%d, then %d)", before, after)
+	}
+	expiresAt("counted after a reset")
+	if n := windowCount(t, srv, redisKey(k)); n != 1 {
+		t.Fatalf("the key holds %d after the reset and one request", n)
+	}
+}

@@ -109,7 +109,8 @@ type Store struct {
 	coalescedCalls, coalescedBatches atomic.Uint64 // see CoalesceStats
 
 	plainWindows                bool // count far fixed windows with plain commands (plain.go)
-	near                        near
+	near                        near // keys near their limit, until their window ends
+	expiring                    near // keys this node gave their window's expiry
 	clock                       redisClock
 	plainDecided, plainFellBack atomic.Uint64 // see PlainStats
 

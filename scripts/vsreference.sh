@@ -3,7 +3,9 @@
 # (issue 31). For 1 and 4 descriptors it alternates E and Sluice three times (E, S, E, S, E, S),
 # each run on an emptied Redis with its statistics reset, and prints per run the checks per
 # second and Redis's CPU per check (INFO cpu, network work included), then per alternation the
-# ratios Sluice/E and their median and spread. Both serve the shared bench's domain (user
+# ratios Sluice/E and their median and spread. Each round also runs the shared bench's no-op
+# RLS server (N), which answers at once: N/E is the most any server could reach against E on
+# this machine in that round (the load generator and gRPC alone). Both serve the shared bench's domain (user
 # 1000/minute, tenant 100000/minute, endpoint 100000/second, global 1000000/second). The machine
 # is shared: compare the ratios of one run, not rates across runs.
 #
@@ -58,12 +60,16 @@ env USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT" RUNTIME_
   RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false GRPC_PORT="$EGRPC" PORT="$(free_port)" \
   DEBUG_PORT="$(free_port)" LOG_LEVEL=warn "$E_BIN" >"$BIN/e.log" 2>&1 &
 PIDS+=($!)
+NGRPC=$(free_port)
+"$BIN/noop-rls" -addr "127.0.0.1:$NGRPC" >"$BIN/noop.log" 2>&1 &
+PIDS+=($!)
 SGRPC=$(free_port)
 "$BIN/sluice" serve --config "$BIN/sluice-config" --store "redis://127.0.0.1:$RPORT" --http "127.0.0.1:$(free_port)" \
   --grpc "127.0.0.1:$SGRPC" --data-dir "$BIN/data" --log-level warn ${SLUICE_FLAGS:-} >"$BIN/sluice.log" 2>&1 &
 PIDS+=($!)
 wait_port "$EGRPC"
 wait_port "$SGRPC"
+wait_port "$NGRPC"
 
 ROWS=$BIN/rows
 # run NAME PORT DESCRIPTORS ROUND appends "NAME n round rate redis-µs/check" to ROWS.
@@ -85,18 +91,20 @@ for n in 1 4; do
   for round in 1 2 3; do
     run E "$EGRPC" "$n" "$round"
     run S "$SGRPC" "$n" "$round"
+    run N "$NGRPC" "$n" "$round"
   done
 done
 
 echo
 echo "One run, ${D}s per row, c=50, 1 connection, 100K users, the same Redis emptied before each row."
 printf '%-7s %2s %5s %9s %12s\n' server desc round checks/s "redis µs/ck"
-awk '{printf "%-7s %2d %5d %9d %12.2f\n", ($1 == "E" ? "E" : "Sluice"), $2, $3, $4, $5}' "$ROWS"
+awk '{printf "%-7s %2d %5d %9d %12.2f\n", ($1 == "E" ? "E" : ($1 == "S" ? "Sluice" : "no-op")), $2, $3, $4, $5}' "$ROWS"
 echo
 echo "Sluice/E per alternation (Sluice's run against the E run just before it): median [min-max]"
 awk '
   $1 == "E" { rate[$2, $3] = $4; cpu[$2, $3] = $5 }
   $1 == "S" { tr[$2] = tr[$2] " " $4 / rate[$2, $3]; cr[$2] = cr[$2] " " $5 / cpu[$2, $3] }
+  $1 == "N" { nr[$2] = nr[$2] " " $4 / rate[$2, $3] }
   function summary(list,   a, k, i, j, t) {
     k = split(list, a, " ")
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -104,6 +112,6 @@ awk '
   }
   END {
     for (n = 1; n <= 4; n += 3) {
-      printf "  %d descriptor(s): throughput %s; Redis CPU per check %s\n", n, summary(tr[n]), summary(cr[n])
+      printf "  %d descriptor(s): throughput %s; Redis CPU per check %s; no-op/E %s\n", n, summary(tr[n]), summary(cr[n]), summary(nr[n])
     }
   }' "$ROWS"

@@ -83,10 +83,23 @@ func BenchmarkApply(b *testing.B) {
 // tenants, 100 endpoints, one global), 50 callers, coalescing on. Redis's CPU is counted by
 // Redis itself, so the figure holds up on a busy machine better than a rate does.
 //
+// Plain windows on (the default) and off, in one run.
+//
 //	go test -run '^$' -bench BenchmarkRedisCPU -benchtime 100000x ./store/redis/
 func BenchmarkRedisCPU(b *testing.B) {
+	for _, plain := range []bool{true, false} {
+		name := "plain"
+		if !plain {
+			name = "script"
+		}
+		b.Run(name, func(b *testing.B) { redisCPUOf(b, plain) })
+	}
+}
+
+// redisCPUOf is BenchmarkRedisCPU with plain windows (plain.go) on or off.
+func redisCPUOf(b *testing.B, plain bool) {
 	srv := redistest.Start(b)
-	st, err := New(ctx, "redis://"+srv.Addr)
+	st, err := New(ctx, "redis://"+srv.Addr, WithPlainWindows(plain))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,6 +118,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 			}
 			cpu0 := redisCPU(b, srv)
 			calls0, batches0 := st.CoalesceStats()
+			plain0, _ := st.PlainStats()
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
@@ -131,6 +145,8 @@ func BenchmarkRedisCPU(b *testing.B) {
 			if calls, batches := st.CoalesceStats(); calls > calls0 {
 				b.ReportMetric(float64(batches-batches0)/float64(calls-calls0), "reqs/call")
 			}
+			plain1, _ := st.PlainStats()
+			b.ReportMetric(100*float64(plain1-plain0)/float64(b.N), "%plain")
 		})
 	}
 }

@@ -61,6 +61,7 @@ type lane struct {
 	plainBuf, scriptBuf []*pending // flush's split of a flight (plain.go)
 	counting            map[string]int32
 	incs                []counted
+	windows             windowNames
 }
 
 func newLane(s *Store) *lane {

@@ -183,15 +183,38 @@ func (s *Store) plainUsable() bool {
 // are counted by one HINCRBY of their summed cost (every request of a flight touches the
 // global key, say), each op reading its own count off the sum (see flushPlain).
 type counted struct {
-	key   string // the first op's string: read only until a batch is answered
-	field string
-	start int64
-	end   int64
-	cost  int64 // the flight's ops' costs, summed in flight order
-	reply int   // the index of its HINCRBY's reply
-	// expire is set when a PEXPIREAT follows the HINCRBY: the first this node sends for the
+	key    string // the first op's string: read only until a batch is answered
+	field  string
+	start  int64
+	end    int64
+	cost   int64  // the flight's ops' costs, summed in flight order
+	expire string // PEXPIREAT's argument (expireAt)
+	reply  int    // the index of its HINCRBY's reply
+	// expires is set when a PEXPIREAT follows the HINCRBY: the first this node sends for the
 	// key's window (see Store.expiring).
-	expire bool
+	expires bool
+}
+
+// windowName is a window's strings: its field and its key's expiry (expireAt).
+type windowName struct {
+	start, period int64
+	field, expire string
+}
+
+// windowNames keeps the names of the last few windows a lane counted in (a policy has few
+// periods), so that they are formatted once rather than for every key.
+type windowNames [4]windowName
+
+func (w *windowNames) of(start, period int64) *windowName {
+	for i := range w {
+		if w[i].start == start && w[i].period == period && w[i].field != "" {
+			return &w[i]
+		}
+	}
+	copy(w[1:], w[:len(w)-1])
+	w[0] = windowName{start: start, period: period, field: strconv.FormatInt(start, 10),
+		expire: strconv.FormatInt(expireAt(start+period), 10)}
+	return &w[0]
 }
 
 // flushPlain decides the live batches, those in plain by plain commands and the others by one
@@ -216,7 +239,8 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 			if !ok || incs[c].start != op.start {
 				c = int32(len(incs))
 				l.counting[op.key] = c
-				incs = append(incs, counted{key: op.key, field: strconv.FormatInt(op.start, 10), start: op.start, end: op.start + op.period})
+				w := l.windows.of(op.start, op.period)
+				incs = append(incs, counted{key: op.key, field: w.field, expire: w.expire, start: op.start, end: op.start + op.period})
 			}
 			incs[c].cost += op.cost
 			op.inc, op.upTo = c, incs[c].cost
@@ -236,8 +260,8 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 		cmds = append(cmds, s.client.B().Hincrby().Key(c.key).Field(c.field).Increment(c.cost).Build())
 		// A key this node already gave its window's expiry keeps it: the key lives only
 		// for that window (see save_fixed), so it is not sent again.
-		if c.expire = !s.expiring.is(c.key, c.end); c.expire {
-			cmds = append(cmds, s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+		if c.expires = !s.expiring.is(c.key, c.end); c.expires {
+			cmds = append(cmds, s.client.B().Arbitrary("PEXPIREAT").Keys(c.key).Args(c.expire, "NX").Build())
 		}
 	}
 	second := len(cmds)
@@ -270,14 +294,14 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	var repairs rueidis.Commands
 	for i := range incs {
 		c := &incs[i]
-		if c.expire {
+		if c.expires {
 			if _, perr := replies[c.reply+1].AsInt64(); perr == nil {
 				s.expiring.mark(c.key, c.end)
 			}
 		} else if sum, cerr := replies[c.reply].AsInt64(); cerr == nil && sum == c.cost {
 			// A fresh count on a key this node had given its expiry: the key went in
 			// between (a reset, an eviction), and the increment made it anew without one.
-			repairs = append(repairs, s.client.B().Pexpireat().Key(c.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+			repairs = append(repairs, s.client.B().Arbitrary("PEXPIREAT").Keys(c.key).Args(c.expire, "NX").Build())
 		}
 	}
 	if len(repairs) > 0 {
@@ -330,7 +354,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 			}
 			refunds = append(refunds,
 				s.client.B().Hincrby().Key(op.key).Field(c.field).Increment(-op.cost).Build(),
-				s.client.B().Pexpireat().Key(op.key).MillisecondsTimestamp(expireAt(c.end)).Nx().Build())
+				s.client.B().Arbitrary("PEXPIREAT").Keys(op.key).Args(c.expire, "NX").Build())
 		}
 		fallback = append(fallback, p)
 	}

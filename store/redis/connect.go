@@ -57,8 +57,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	s := &Store{client: client, cluster: cluster, timeout: timeout, coalesce: queryOf(rawURL).Get("coalesce") != "false", prefix: prefix, inbox: prefix + inboxKey,
 		plainWindows: queryOf(rawURL).Get("plain_windows") != "false"}
 	s.clock.born = time.Now()
-	s.near.seed = maphash.MakeSeed()
-	s.expiring.seed = maphash.MakeSeed()
+	s.keySeed = maphash.MakeSeed()
 	s.calls.New = func() any { return newCall(s) }
 	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	s.scratches.New = func() any { return new(scratch) }

@@ -35,6 +35,7 @@ import (
 // plainOp is one op of a batch that may be counted with plain commands.
 type plainOp struct {
 	key           string // the Redis key: the hash of the op's window counts
+	hash          int64  // keyHash(key)
 	limit, period int64
 	cost          int64
 	start         int64 // the window the op was sent for (µs, Redis's clock)
@@ -55,27 +56,28 @@ const nearSize = 1 << 14
 // for the rest of the window.
 func nearMargin(limit, cost int64) int64 { return max(cost, limit/8) }
 
-// near remembers keys whose count came near its limit, until their window ends.
-type near struct {
-	seed    maphash.Seed
+// keyTable remembers keys, each until an instant, by their hash (keyHash): the keys near their
+// limit until their window ends, and those this node gave their window's expiry.
+type keyTable struct {
 	entries [nearSize]struct{ hash, until atomic.Int64 }
 }
 
-func (n *near) holds(key string, now int64) bool {
-	h := int64(maphash.String(n.seed, key))
+// keyHash is a key's hash in the store's key tables, computed once per op.
+func (s *Store) keyHash(key string) int64 { return int64(maphash.String(s.keySeed, key)) }
+
+// holds reports whether the key of hash h was marked until after now.
+func (n *keyTable) holds(h, now int64) bool {
 	e := &n.entries[uint64(h)%nearSize]
 	return e.hash.Load() == h && e.until.Load() > now
 }
 
-// is reports whether key was marked until exactly until.
-func (n *near) is(key string, until int64) bool {
-	h := int64(maphash.String(n.seed, key))
+// is reports whether the key of hash h was marked until exactly until.
+func (n *keyTable) is(h, until int64) bool {
 	e := &n.entries[uint64(h)%nearSize]
 	return e.hash.Load() == h && e.until.Load() == until
 }
 
-func (n *near) mark(key string, until int64) {
-	h := int64(maphash.String(n.seed, key))
+func (n *keyTable) mark(h, until int64) {
 	e := &n.entries[uint64(h)%nearSize]
 	e.until.Store(until)
 	e.hash.Store(h)
@@ -150,7 +152,7 @@ func (s *Store) plainOps(p *pending, b *store.Batch, g *group) bool {
 			p.plain = p.plain[:0]
 			return false
 		}
-		p.plain = append(p.plain, plainOp{key: g.keys[j], limit: pr.Limit, period: pr.Period, cost: op.Cost})
+		p.plain = append(p.plain, plainOp{key: g.keys[j], hash: s.keyHash(g.keys[j]), limit: pr.Limit, period: pr.Period, cost: op.Cost})
 	}
 	return len(p.plain) > 0
 }
@@ -162,7 +164,7 @@ func (s *Store) plainFits(p *pending, now int64) bool {
 	for i := range p.plain {
 		op := &p.plain[i]
 		start := now - now%op.period
-		if start+op.period-now <= guard || s.near.holds(op.key, now) {
+		if start+op.period-now <= guard || s.near.holds(op.hash, now) {
 			return false
 		}
 		op.start = start
@@ -184,6 +186,7 @@ func (s *Store) plainUsable() bool {
 // global key, say), each op reading its own count off the sum (see flushPlain).
 type counted struct {
 	key    string // the first op's string: read only until a batch is answered
+	hash   int64  // keyHash(key)
 	field  string
 	start  int64
 	end    int64
@@ -240,7 +243,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 				c = int32(len(incs))
 				l.counting[op.key] = c
 				w := l.windows.of(op.start, op.period)
-				incs = append(incs, counted{key: op.key, field: w.field, expire: w.expire, start: op.start, end: op.start + op.period})
+				incs = append(incs, counted{key: op.key, hash: op.hash, field: w.field, expire: w.expire, start: op.start, end: op.start + op.period})
 			}
 			incs[c].cost += op.cost
 			op.inc, op.upTo = c, incs[c].cost
@@ -257,11 +260,11 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	for i := range incs {
 		c := &incs[i]
 		c.reply = len(cmds)
-		cmds = append(cmds, s.client.B().Hincrby().Key(c.key).Field(c.field).Increment(c.cost).Build())
+		cmds = append(cmds, s.client.B().Arbitrary("HINCRBY").Args(c.key, c.field, amount(c.cost)).Build())
 		// A key this node already gave its window's expiry keeps it: the key lives only
 		// for that window (see save_fixed), so it is not sent again.
-		if c.expires = !s.expiring.is(c.key, c.end); c.expires {
-			cmds = append(cmds, s.client.B().Arbitrary("PEXPIREAT").Keys(c.key).Args(c.expire, "NX").Build())
+		if c.expires = !s.expiring.is(c.hash, c.end); c.expires {
+			cmds = append(cmds, s.client.B().Arbitrary("PEXPIREAT").Args(c.key, c.expire, "NX").Build())
 		}
 	}
 	second := len(cmds)
@@ -296,12 +299,12 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 		c := &incs[i]
 		if c.expires {
 			if _, perr := replies[c.reply+1].AsInt64(); perr == nil {
-				s.expiring.mark(c.key, c.end)
+				s.expiring.mark(c.hash, c.end)
 			}
 		} else if sum, cerr := replies[c.reply].AsInt64(); cerr == nil && sum == c.cost {
 			// A fresh count on a key this node had given its expiry: the key went in
 			// between (a reset, an eviction), and the increment made it anew without one.
-			repairs = append(repairs, s.client.B().Arbitrary("PEXPIREAT").Keys(c.key).Args(c.expire, "NX").Build())
+			repairs = append(repairs, s.client.B().Arbitrary("PEXPIREAT").Args(c.key, c.expire, "NX").Build())
 		}
 	}
 	if len(repairs) > 0 {
@@ -323,9 +326,9 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 				ok = false
 			case count > op.limit:
 				ok = false
-				s.near.mark(op.key, c.end)
+				s.near.mark(op.hash, c.end)
 			case count > op.limit-nearMargin(op.limit, op.cost):
-				s.near.mark(op.key, c.end)
+				s.near.mark(op.hash, c.end)
 			}
 			if t1 < op.start || t2 >= c.end {
 				ok = false // Redis's clock was not in the window the op was sent for
@@ -353,8 +356,8 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 				continue
 			}
 			refunds = append(refunds,
-				s.client.B().Hincrby().Key(op.key).Field(c.field).Increment(-op.cost).Build(),
-				s.client.B().Arbitrary("PEXPIREAT").Keys(op.key).Args(c.expire, "NX").Build())
+				s.client.B().Arbitrary("HINCRBY").Args(op.key, c.field, amount(-op.cost)).Build(),
+				s.client.B().Arbitrary("PEXPIREAT").Args(op.key, c.expire, "NX").Build())
 		}
 		fallback = append(fallback, p)
 	}
@@ -369,6 +372,10 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	replies = s.client.DoMulti(ctx, refunds...)
 	s.answerFcall(ctx, fallback, replies[len(replies)-1], sent, s.clock.local())
 }
+
+// amount is an increment as HINCRBY takes it: the keys' commands go to the one server, so they
+// are built as arbitrary commands, without the slot a key's builder hashes for a Cluster.
+func amount(n int64) string { return smallInt(int(n)) }
 
 // redisTime reads a TIME reply in µs.
 func redisTime(r rueidis.RedisResult) (int64, error) {

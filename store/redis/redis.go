@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,8 +110,9 @@ type Store struct {
 	coalescedCalls, coalescedBatches atomic.Uint64 // see CoalesceStats
 
 	plainWindows                bool // count far fixed windows with plain commands (plain.go)
-	near                        near // keys near their limit, until their window ends
-	expiring                    near // keys this node gave their window's expiry
+	keySeed                     maphash.Seed
+	near                        keyTable // keys near their limit, until their window ends
+	expiring                    keyTable // keys this node gave their window's expiry
 	clock                       redisClock
 	plainDecided, plainFellBack atomic.Uint64 // see PlainStats
 

@@ -117,16 +117,21 @@ func TestDashboardTokens(t *testing.T) {
 	}
 }
 
-// tokenNames lists the names of s's tokens, each between spaces.
-// bootstrapUsed reports whether the control store holds a last use of the bootstrap token.
-func bootstrapUsed(s *server) bool {
+// listTokens returns s's tokens as the admin API lists them.
+func listTokens(s *server) []any {
 	s.t.Helper()
 	code, body := s.admin("GET", "/admin/v1/tokens", "")
-	items, _ := body["tokens"].([]any)
 	if code != 200 {
 		s.t.Fatalf("GET tokens = %d %v", code, body)
 	}
-	for _, it := range items {
+	items, _ := body["tokens"].([]any)
+	return items
+}
+
+// bootstrapUsed reports whether the control store holds a last use of the bootstrap token.
+func bootstrapUsed(s *server) bool {
+	s.t.Helper()
+	for _, it := range listTokens(s) {
 		if m := it.(map[string]any); m["name"] == "bootstrap" && m["last_used_at"] != nil {
 			return true
 		}
@@ -134,15 +139,11 @@ func bootstrapUsed(s *server) bool {
 	return false
 }
 
+// tokenNames lists the names of s's tokens, each between spaces.
 func tokenNames(s *server) string {
 	s.t.Helper()
-	code, body := s.admin("GET", "/admin/v1/tokens", "")
-	items, _ := body["tokens"].([]any)
-	if code != 200 {
-		s.t.Fatalf("GET tokens = %d %v", code, body)
-	}
 	out := " "
-	for _, it := range items {
+	for _, it := range listTokens(s) {
 		out += it.(map[string]any)["name"].(string) + " "
 	}
 	return out

@@ -192,9 +192,8 @@ func (l *lane) flush(flight []*pending) {
 	}
 	l.s.coalescedCalls.Add(1)
 	l.s.coalescedBatches.Add(uint64(len(live)))
-	sent := l.s.clock.local()
 	replies := l.s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(live)})
-	l.s.answerMulti(live, replies[0], sent, l.s.clock.local())
+	l.s.answerMulti(live, replies[0], l.s.clock.local())
 }
 
 // multiExec is one multi.lua call deciding batches. Fresh slices, as a pending batch's are:
@@ -224,19 +223,17 @@ func (s *Store) fcall(batches []*pending) rueidis.Completed {
 
 // answerFcall answers batches from the reply of their fcall; a node that lost the library
 // gets it again and the call is made once more (see run).
-func (s *Store) answerFcall(ctx context.Context, batches []*pending, reply rueidis.RedisResult, sent, received int64) {
+func (s *Store) answerFcall(ctx context.Context, batches []*pending, reply rueidis.RedisResult, received int64) {
 	if err := reply.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
-		sent = s.clock.local()
 		reply = s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(batches)})[0]
 		received = s.clock.local()
 	}
-	s.answerMulti(batches, reply, sent, received)
+	s.answerMulti(batches, reply, received)
 }
 
-// answerMulti answers batches from the reply of the multi.lua call that decided them, sent
-// and received at those instants of the clock's (redisClock.local), whose estimate of Redis's
-// clock the reply's time sets.
-func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, sent, received int64) {
+// answerMulti answers batches from the reply of the multi.lua call that decided them, which
+// came in at received (redisClock.local): the reply's time bounds Redis's clock from then on.
+func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, received int64) {
 	msgs, err := reply.ToArray()
 	// The reply is flat: each batch's values follow the one before's (see multi.lua), so the
 	// whole of it is read before anyone is answered.
@@ -257,7 +254,7 @@ func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, sent, re
 		err = fmt.Errorf("script answered %d values, %d more than %d batches take", len(msgs), len(msgs)-at, len(live))
 	}
 	if p := live[0]; err == nil && p.err == nil && len(p.vals) >= 2 {
-		s.clock.observe(p.vals[1], sent, received)
+		s.clock.observe(p.vals[1], received)
 	}
 	for _, p := range live {
 		if err != nil {

@@ -108,8 +108,8 @@ const (
 
 func (c *redisClock) local() int64 { return time.Since(c.born).Microseconds() }
 
-// observe takes a TIME Redis read between the local instants sent and received.
-func (c *redisClock) observe(redisNow, sent, received int64) {
+// observe takes a TIME Redis read before the local instant received, when its reply came in.
+func (c *redisClock) observe(redisNow, received int64) {
 	c.at.Store(redisNow - received)
 	c.since.Store(received)
 	c.known.Store(true)
@@ -274,11 +274,10 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	if len(scripts) > 0 {
 		cmds = append(cmds, s.fcall(scripts))
 	}
-	sent := s.clock.local()
 	replies := s.client.DoMulti(ctx, cmds...)
 	received := s.clock.local()
 	if len(scripts) > 0 {
-		s.answerFcall(ctx, scripts, replies[len(replies)-1], sent, received)
+		s.answerFcall(ctx, scripts, replies[len(replies)-1], received)
 	}
 
 	var t1, t2 int64
@@ -291,7 +290,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 			t2, err = redisTime(replies[second])
 		}
 		if err == nil {
-			s.clock.observe(t1, sent, received)
+			s.clock.observe(t1, received)
 		}
 	}
 	var repairs rueidis.Commands
@@ -368,9 +367,8 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	// A give-back that failed leaves its units counted for the rest of the window: quota
 	// lost, never granted twice; the script decides the batch all the same.
 	refunds = append(refunds, s.fcall(fallback))
-	sent = s.clock.local()
 	replies = s.client.DoMulti(ctx, refunds...)
-	s.answerFcall(ctx, fallback, replies[len(replies)-1], sent, s.clock.local())
+	s.answerFcall(ctx, fallback, replies[len(replies)-1], s.clock.local())
 }
 
 // amount is an increment as HINCRBY takes it: the keys' commands go to the one server, so they

@@ -30,12 +30,15 @@ const yieldBelow = 16
 
 // A pending batch is one group of one Apply waiting in a lane. It is pooled. The caller owns it
 // until submit, the lane from then until it sets the state: answered hands it back to the
-// caller, who recycles it; a caller that left first set abandoned, and the lane recycles it.
+// caller, who recycles it; a caller that left first set abandoned, and the lane recycles it;
+// expired (its lane's watch found its deadline passed, see expire) is recycled by no one, since
+// the lane may still read it and the caller holds the watch's token: it is left to the
+// collector, on a path only a late store takes.
 type pending struct {
-	keys, args []string // the group's, built fresh for this call: never the caller's batch
-	deadline   time.Time
+	keys, args []string     // the group's, built fresh for this call: never the caller's batch
+	due        atomic.Int64 // the caller's deadline, in the store's monotonic ns (Store.since)
 	state      atomic.Int32
-	done       chan struct{} // buffered: the lane never blocks on it
+	done       chan struct{} // buffered: one token, from the lane or the watch, never both
 
 	vals []int64 // batch.lua's reply, reused across uses
 	err  error
@@ -47,6 +50,7 @@ const (
 	pendingQueued int32 = iota
 	pendingAnswered
 	pendingAbandoned
+	pendingExpired
 )
 
 // lane gathers the pending batches of one server or slot.
@@ -55,8 +59,15 @@ type lane struct {
 	run     func() // l.loop, bound once: `go l.loop()` would allocate a closure each time
 	mu      sync.Mutex
 	queue   []*pending
+	flight  []*pending // what loop is deciding, for the watch; written under mu only
 	spare   []*pending // the other buffer: the queue and the flight swap
 	running bool       // a goroutine runs loop; it stops when the queue is empty
+	// watch fires at watchAt (Store.since ns; 0 when stopped), no later than the earliest
+	// deadline waiting in the lane, and lets callers whose deadline passed leave (expire).
+	watch   *time.Timer
+	watchAt int64
+
+	liveBuf []*pending // flush's live batches: the flight itself is the watch's
 
 	plainBuf, scriptBuf []*pending // flush's split of a flight (plain.go)
 	counting            map[string]int32
@@ -67,6 +78,8 @@ type lane struct {
 func newLane(s *Store) *lane {
 	l := &lane{s: s}
 	l.run = l.loop
+	l.watch = time.AfterFunc(time.Hour, l.expire)
+	l.watch.Stop()
 	return l
 }
 
@@ -95,6 +108,10 @@ func (l *lane) submit(p *pending) error {
 		return errBacklog
 	}
 	l.queue = append(l.queue, p)
+	if due := p.due.Load(); l.watchAt == 0 || due < l.watchAt {
+		l.watchAt = due
+		l.watch.Reset(time.Duration(due - l.s.since()))
+	}
 	start := !l.running
 	l.running = true
 	l.mu.Unlock()
@@ -131,37 +148,42 @@ func (l *lane) loop() {
 			clear(l.queue[rest:])
 			l.queue = l.queue[:rest]
 		}
+		l.flight = flight
 		l.mu.Unlock()
 		l.flush(flight)
-		clear(flight)
 		l.mu.Lock()
-		l.spare = flight[:0]
+		clear(flight)
+		l.flight, l.spare = nil, flight[:0]
 		l.mu.Unlock()
 	}
 }
 
-// flush decides the live batches of flight in one call and answers each.
+// flush decides the live batches of flight in one call and answers each. flight is only
+// read: the watch may read it too.
 func (l *lane) flush(flight []*pending) {
-	now := time.Now()
-	live := flight[:0]
-	var deadline time.Time
+	now := l.s.since()
+	live := l.liveBuf[:0]
+	defer func() {
+		clear(live)
+		l.liveBuf = live[:0]
+	}()
+	var latest int64
 	for _, p := range flight {
-		switch {
-		case p.state.Load() == pendingAbandoned:
-			l.s.recyclePending(p) // its caller left: nothing is sent for it
-		case !p.deadline.After(now):
+		switch due := p.due.Load(); {
+		case p.state.Load() != pendingQueued:
+			l.s.answer(p) // its caller left (recycled) or its deadline passed (left as is)
+		case due <= now:
 			p.err = context.DeadlineExceeded
 			l.s.answer(p)
 		default:
 			live = append(live, p)
-			if p.deadline.After(deadline) {
-				deadline = p.deadline
-			}
+			latest = max(latest, due)
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
+	deadline := l.s.clock.born.Add(time.Duration(latest))
 	// The latest of the callers' deadlines: each caller leaves at its own. The lane makes the
 	// round trip itself, not on a goroutine of do's: no caller waits on the lane but through
 	// its own timer (see coalesced), so leaving a call stuck in rueidis buys nothing here, and
@@ -270,7 +292,46 @@ func (s *Store) answer(p *pending) {
 		p.done <- struct{}{}
 		return
 	}
-	s.recyclePending(p)
+	if p.state.Load() == pendingAbandoned {
+		s.recyclePending(p)
+	}
+}
+
+// since is the store's monotonic clock, in ns: what a pending batch's deadline is kept in.
+func (s *Store) since() int64 { return int64(time.Since(s.clock.born)) }
+
+// expire is the lane's watch: it lets the callers whose deadline passed leave, those waiting
+// in the queue and those in a flight that has not come back (a store that stopped answering,
+// rueidis waiting for room or a connection), and sets itself for the next deadline. One timer
+// per lane, set again only when a batch comes with a sooner deadline, instead of one per
+// caller reset and stopped around every wait: the wait is then a bare receive.
+func (l *lane) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now, next := l.s.since(), int64(0)
+	for _, waiting := range [2][]*pending{l.queue, l.flight} {
+		for _, p := range waiting {
+			// A batch of the flight may have been answered, recycled and taken by another
+			// call since: its state and deadline are that call's, which is as right.
+			if p.state.Load() != pendingQueued {
+				continue
+			}
+			due := p.due.Load()
+			if due > now {
+				if next == 0 || due < next {
+					next = due
+				}
+				continue
+			}
+			if p.state.CompareAndSwap(pendingQueued, pendingExpired) {
+				p.done <- struct{}{}
+			}
+		}
+	}
+	l.watchAt = next
+	if next != 0 {
+		l.watch.Reset(time.Duration(next - now))
+	}
 }
 
 func (s *Store) recyclePending(p *pending) {
@@ -282,28 +343,24 @@ func (s *Store) recyclePending(p *pending) {
 
 // coalesced decides the groups through their lanes, execs[i] for groups[i], and fills
 // answers[i] with each group's reply values or error, valid until release. It returns an error
-// of the whole request when ctx ended first, as do does.
-func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batch, sc *scratch, groups []group, execs []rueidis.LuaExec, answers []answer) error {
+// of the whole request when the deadline passed first. A caller whose ctx is cancelled while
+// it waits leaves at its deadline, which is the store's short one (the breaker's, or its
+// timeout): the wait is a bare receive, woken by the lane or by its watch (see expire).
+func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batch, groups []group, execs []rueidis.LuaExec, answers []answer) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if deadline.IsZero() {
 		deadline = time.Now().Add(s.timeout)
 	}
-	// The caller leaves at its deadline even while its lane is still busy with an earlier
-	// call (whose deadline may be later): a pooled timer rather than a context per call.
-	if sc.timer == nil {
-		sc.timer = time.NewTimer(time.Until(deadline))
-	} else {
-		sc.timer.Reset(time.Until(deadline))
-	}
-	defer sc.timer.Stop()
+	due := int64(deadline.Sub(s.clock.born))
 	for gi := range groups {
 		p := s.pendings.Get().(*pending)
-		p.keys, p.args, p.deadline = execs[gi].Keys, execs[gi].Args, deadline
+		p.keys, p.args = execs[gi].Keys, execs[gi].Args
 		if len(groups) == 1 {
 			s.plainOps(p, b, &groups[0])
 		}
+		p.due.Store(due)
 		p.state.Store(pendingQueued)
 		if err := s.laneFor(groups[gi].slot).submit(p); err != nil {
 			s.recyclePending(p)
@@ -314,12 +371,8 @@ func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batc
 	}
 	for gi := range answers {
 		p := answers[gi].p
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			s.abandon(answers)
-			return ctx.Err()
-		case <-sc.timer.C:
+		<-p.done
+		if p.state.Load() == pendingExpired {
 			s.abandon(answers)
 			return context.DeadlineExceeded
 		}
@@ -329,7 +382,7 @@ func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batc
 }
 
 // abandon leaves the pending batches of answers: those the lane answered are recycled here,
-// the others by the lane.
+// those still waiting by the lane, and expired ones by no one.
 func (s *Store) abandon(answers []answer) {
 	for i := range answers {
 		a := answers[i]
@@ -338,6 +391,9 @@ func (s *Store) abandon(answers []answer) {
 			continue
 		}
 		if !a.got {
+			if a.p.state.Load() == pendingExpired {
+				continue
+			}
 			<-a.p.done // answered, or about to be
 		}
 		s.recyclePending(a.p)

@@ -128,7 +128,7 @@ func TestCoalescedErrorsStayTheirs(t *testing.T) {
 		g.args[0] = fmt.Sprintf("1,1,%d,0,", c.Now()) // one op, one key, the test's clock
 		pd := st.pendings.Get().(*pending)
 		pd.keys, pd.args = g.keys, g.args
-		pd.deadline = time.Now().Add(10 * time.Second)
+		pd.due.Store(st.since() + int64(10*time.Second))
 		pendings[i] = pd
 	}
 	pendings[2].state.Store(pendingAbandoned)
@@ -245,7 +245,8 @@ func TestCoalescedSameDecisionsAsMemory(t *testing.T) {
 			g := st.group(&b, new(scratch))[0]
 			g.args[0] = fmt.Sprintf("%d,%d,%d,0,", len(g.ops), len(g.keys), c.Now())
 			pd := st.pendings.Get().(*pending)
-			pd.keys, pd.args, pd.deadline = g.keys, g.args, time.Now().Add(10*time.Second)
+			pd.keys, pd.args = g.keys, g.args
+			pd.due.Store(st.since() + int64(10*time.Second))
 			pd.state.Store(pendingQueued)
 			calls = append(calls, sent{b: b, now: c.Now(), p: pd, bad: isBad})
 		}

@@ -94,9 +94,8 @@ type scratch struct {
 	answers  []answer
 	nows     []int64
 	answered []bool
-	fresh    []bool      // the group decided now
-	decoded  [][]int64   // the uncoalesced path's replies, decoded (see decodeReply)
-	timer    *time.Timer // the coalesced wait's deadline, stopped between uses
+	fresh    []bool    // the group decided now
+	decoded  [][]int64 // the uncoalesced path's replies, decoded (see decodeReply)
 }
 
 // vals returns group gi's buffer for a decoded reply, emptied.

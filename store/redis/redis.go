@@ -260,7 +260,8 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 
 // ApplyBy is Apply that returns by deadline whatever Redis does, without a context made for
 // it: the breaker's guard calls it on every check, and a context.WithTimeout per check was
-// about nine allocations and a timer. ctx may still end the call sooner.
+// about nine allocations and a timer. ctx's deadline ends the call when it is sooner; a
+// coalesced call whose ctx is cancelled while it waits leaves at deadline (see coalesced).
 func (s *Store) ApplyBy(ctx context.Context, deadline time.Time, b *store.Batch, results []algorithm.Result) (bool, error) {
 	return s.apply(ctx, deadline, b, results)
 }
@@ -278,7 +279,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 			deadline = d
 		}
 	case s.coalesce:
-		cancel = func() {} // the wait below keeps the deadline by a pooled timer
+		cancel = func() {} // the lane's watch keeps the deadline (see coalesced)
 		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 			deadline = d
 		}
@@ -324,7 +325,7 @@ func (s *Store) apply(ctx context.Context, deadline time.Time, b *store.Batch, r
 	sc.size(len(groups))
 	answers, nows, answered, fresh := sc.answers, sc.nows, sc.answered, sc.fresh
 	if s.coalesce {
-		err := s.coalesced(ctx, deadline, b, sc, groups, execs, answers)
+		err := s.coalesced(ctx, deadline, b, groups, execs, answers)
 		defer s.release(answers)
 		if err != nil {
 			keep = false

@@ -183,6 +183,83 @@ func TestCoalescedDeadlines(t *testing.T) {
 	}
 }
 
+// TestLaneWatch: the lane's one timer wakes a caller whose deadline passed while its batch is
+// in a flight that has not come back, leaves a caller with a later deadline waiting, and is set
+// again for a sooner deadline only. An expired batch is not answered by the lane afterwards.
+func TestLaneWatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	st := connect(t, "redis://"+srv.Addr, newClock())
+	l := newLane(st)
+	waiting := func(in time.Duration) *pending {
+		p := &pending{done: make(chan struct{}, 1)}
+		p.due.Store(st.since() + int64(in))
+		return p
+	}
+	watchAt := func() int64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.watchAt
+	}
+	late, soon, later := waiting(time.Hour), waiting(30*time.Millisecond), waiting(2*time.Hour)
+	// The lane is busy with a flight holding soon and late, as if Redis had stopped answering.
+	l.mu.Lock()
+	l.running = true
+	l.mu.Unlock()
+	if err := l.submit(late); err != nil {
+		t.Fatal(err)
+	}
+	armed := watchAt()
+	if err := l.submit(soon); err != nil {
+		t.Fatal(err)
+	}
+	// Soon's deadline may already have fired the watch on a slow machine: then soon expired.
+	if got := watchAt(); got != soon.due.Load() && soon.state.Load() == pendingQueued || armed != late.due.Load() {
+		t.Fatalf("watch at %d then %d, want late's %d then soon's %d", armed, got, late.due.Load(), soon.due.Load())
+	}
+	if err := l.submit(later); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchAt(); got != soon.due.Load() && got != late.due.Load() {
+		t.Fatalf("a later deadline moved the watch to %d", got)
+	}
+	l.mu.Lock()
+	l.flight, l.queue = l.queue[:2:2], l.queue[2:]
+	l.mu.Unlock()
+
+	select {
+	case <-soon.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch never woke the caller whose deadline passed")
+	}
+	if got := soon.state.Load(); got != pendingExpired {
+		t.Fatalf("state %d, want expired", got)
+	}
+	select {
+	case <-late.done:
+		t.Fatal("the watch woke a caller an hour before its deadline")
+	case <-later.done:
+		t.Fatal("the watch woke a queued caller before its deadline")
+	default:
+	}
+	if next := watchAt(); next != late.due.Load() {
+		t.Fatalf("watch at %d after firing, want the next deadline %d", next, late.due.Load())
+	}
+	// The flight comes back: the expired caller is gone, the others are answered.
+	for _, p := range []*pending{soon, late, later} {
+		st.answer(p)
+	}
+	if got := soon.state.Load(); got != pendingExpired || len(soon.done) != 0 {
+		t.Fatalf("expired batch: state %d, %d tokens; want it left as is", got, len(soon.done))
+	}
+	for _, p := range []*pending{late, later} {
+		if p.state.Load() != pendingAnswered || len(p.done) != 1 {
+			t.Fatalf("a waiting batch was not answered")
+		}
+	}
+	l.watch.Stop()
+}
+
 // TestCoalescingOff: coalesce=false sends each request on its own, and decides the same.
 func TestCoalescingOff(t *testing.T) {
 	t.Parallel()

@@ -5,7 +5,8 @@
 # second and Redis's CPU per check (INFO cpu, network work included), then per alternation the
 # ratios Sluice/E and their median and spread. Each round also runs the shared bench's no-op
 # RLS server (N), which answers at once: N/E is the most any server could reach against E on
-# this machine in that round (the load generator and gRPC alone). Both serve the shared bench's domain (user
+# this machine in that round (the load generator and gRPC alone), and Sluice/no-op how near
+# Sluice came to it. Both serve the shared bench's domain (user
 # 1000/minute, tenant 100000/minute, endpoint 100000/second, global 1000000/second). The machine
 # is shared: compare the ratios of one run, not rates across runs.
 #
@@ -103,8 +104,8 @@ echo
 echo "Sluice/E per alternation (Sluice's run against the E run just before it): median [min-max]"
 awk '
   $1 == "E" { rate[$2, $3] = $4; cpu[$2, $3] = $5 }
-  $1 == "S" { tr[$2] = tr[$2] " " $4 / rate[$2, $3]; cr[$2] = cr[$2] " " $5 / cpu[$2, $3] }
-  $1 == "N" { nr[$2] = nr[$2] " " $4 / rate[$2, $3] }
+  $1 == "S" { tr[$2] = tr[$2] " " $4 / rate[$2, $3]; cr[$2] = cr[$2] " " $5 / cpu[$2, $3]; srate[$2, $3] = $4 }
+  $1 == "N" { nr[$2] = nr[$2] " " $4 / rate[$2, $3]; sn[$2] = sn[$2] " " srate[$2, $3] / $4 }
   function summary(list,   a, k, i, j, t) {
     k = split(list, a, " ")
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -112,6 +113,6 @@ awk '
   }
   END {
     for (n = 1; n <= 4; n += 3) {
-      printf "  %d descriptor(s): throughput %s; Redis CPU per check %s; no-op/E %s\n", n, summary(tr[n]), summary(cr[n]), summary(nr[n])
+      printf "  %d descriptor(s): throughput %s; Redis CPU per check %s; no-op/E %s; Sluice/no-op %s\n", n, summary(tr[n]), summary(cr[n]), summary(nr[n]), summary(sn[n])
     }
   }' "$ROWS"

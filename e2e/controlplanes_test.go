@@ -25,17 +25,20 @@ func TestSplitControlPlaneDetected(t *testing.T) {
 	solo := start(t, path, filepath.Join(dir, "solo"), "SLUICE_STORE=redis://"+alone.Addr, "SLUICE_NODE_ID=node-solo")
 	b := start(t, path, filepath.Join(dir, "b"), append(env, "SLUICE_NODE_ID=node-b")...)
 	for _, c := range []struct {
-		n     *server
-		other string
-	}{{a, "node-b"}, {b, "node-a"}} {
+		n           *server
+		name, other string
+	}{{a, "node-a", "node-b"}, {b, "node-b", "node-a"}} {
 		waitFor(t, 30*time.Second, c.other+" seen as a split control plane", func() bool {
 			code, body := c.n.readyz(t)
 			msg := body["error"]
 			return code == 200 && body["control_plane"] == "down" && strings.Contains(msg, c.other) && strings.Contains(msg, "--control")
 		})
-		if log := c.n.log.String(); !strings.Contains(log, "split control plane") || !strings.Contains(log, "--control postgres://") {
-			t.Errorf("%s's log does not name the split and the fix:\n%s", c.other, log)
-		}
+		// The readiness check turns before the line is logged: wait for it rather than read
+		// the log at once.
+		waitFor(t, 10*time.Second, c.name+" logging the split and the fix", func() bool {
+			log := c.n.log.String()
+			return strings.Contains(log, "split control plane") && strings.Contains(log, "--control postgres://")
+		})
 	}
 	time.Sleep(3 * time.Second) // a heartbeat or more of the node alone
 	if code, body := solo.readyz(t); code != 200 || body["control_plane"] != "up" {

@@ -227,8 +227,9 @@ func (e *etcdPolicy) watch(ctx context.Context, rt *follower.Runtime, m *metrics
 			if ctx.Err() != nil {
 				return
 			}
-			m.PolicyLoaded("", err)
+			// Logged before counted: whoever sees the count finds the line.
 			log.Error("policy reload failed; keeping the running policy", "source", e.name, "trigger", why, "version", rt.Files().Version, "err", err)
+			m.PolicyLoaded("", err)
 			return
 		}
 		if files.Version == rt.Files().Version {

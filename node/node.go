@@ -613,8 +613,9 @@ func watchPolicy(ctx context.Context, path string, rt *follower.Runtime, m *metr
 	reload := func(why string) {
 		files, err := loadFiles(path, opts...)
 		if err != nil {
-			m.PolicyLoaded("", err)
+			// Logged before counted: whoever sees the count finds the line.
 			log.Error("policy reload failed; keeping the running policy", "trigger", why, "version", rt.Files().Version, "err", err)
+			m.PolicyLoaded("", err)
 			return
 		}
 		if files.Version == rt.Files().Version {

@@ -185,10 +185,10 @@ func (l *lane) flush(flight []*pending) {
 	}
 	deadline := l.s.clock.born.Add(time.Duration(latest))
 	// The latest of the callers' deadlines: each caller leaves at its own. The lane makes the
-	// round trip itself, not on a goroutine of do's: no caller waits on the lane but through
-	// its own timer (see coalesced), so leaving a call stuck in rueidis buys nothing here, and
-	// the hand-off to that goroutine and back was a cost of every call. A lane stuck in rueidis
-	// holds its queue, which is bounded (maxWaiting), until rueidis returns.
+	// round trip itself, not on a goroutine of do's: a caller waiting past its deadline is
+	// woken by the lane's watch (see expire), so leaving a call stuck in rueidis buys nothing
+	// here, and the hand-off to that goroutine and back was a cost of every call. A lane stuck
+	// in rueidis holds its queue, which is bounded (maxWaiting), until rueidis returns.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if l.s.plainUsable() {

@@ -2,6 +2,7 @@ package hotkey
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ func hammerKey(hot bool, i int) []byte {
 
 // hammer sends batches of one op per limit of ps (each on its own key, hammerKey) from 2 nodes
 // (8 goroutines each) for d and returns the admitted requests, the requests sent and the
-// script calls Redis ran. The bound is the first limit's.
+// writing calls Redis ran (storeCalls). The bound is the first limit's.
 func hammer(t *testing.T, srv *redistest.Server, hot bool, ps []algorithm.Params, d time.Duration) (admitted, requests, calls int64) {
 	t.Helper()
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
@@ -57,7 +58,7 @@ func hammer(t *testing.T, srv *redistest.Server, hot bool, ps []algorithm.Params
 		if r := reachedAt.Load(); r != 0 {
 			return time.Since(time.Unix(0, r)) < 500*time.Millisecond
 		}
-		return elapsed < 15*time.Second
+		return elapsed < 30*time.Second
 	}
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -94,14 +95,28 @@ func hammer(t *testing.T, srv *redistest.Server, hot bool, ps []algorithm.Params
 	if err != nil {
 		t.Fatal(err)
 	}
-	return adm.Load(), reqs.Load(), scriptCalls(stats)
+	return adm.Load(), reqs.Load(), storeCalls(stats)
 }
 
+// scriptCalls counts the script and function calls in INFO commandstats.
 func scriptCalls(info string) int64 {
+	return commandCalls(info, "fcall", "evalsha", "eval")
+}
+
+// storeCalls counts the calls that decide and count: scripts, and the increments of fixed
+// windows counted without one (the Redis store's plain windows), which on one server are most
+// of a hammered key's calls until it nears its limit.
+func storeCalls(info string) int64 {
+	return commandCalls(info, "fcall", "evalsha", "eval", "hincrby")
+}
+
+// commandCalls sums the calls of the named commands in INFO commandstats.
+func commandCalls(info string, commands ...string) int64 {
 	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_fcall:") || strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			v, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, "calls=")+6:], ""), ",")
+		name, _, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if strings.HasPrefix(line, "cmdstat_") && slices.Contains(commands, name) {
+			v, _, _ := strings.Cut(line[strings.Index(line, "calls=")+6:], ",")
 			c, _ := strconv.ParseInt(v, 10, 64)
 			n += c
 		}
@@ -110,7 +125,7 @@ func scriptCalls(info string) int64 {
 }
 
 // TestHotKeySparesTheStore: one key at a high rate from 2 nodes. With hot-key mode the store
-// sees at least 90% fewer script calls per request, and the admitted units stay within the
+// sees at least 90% fewer calls per request (storeCalls), and the admitted units stay within the
 // 5% overage of the exact bound (and near it: the bound is reached).
 func TestHotKeySparesTheStore(t *testing.T) {
 	t.Parallel()
@@ -120,10 +135,10 @@ func TestHotKeySparesTheStore(t *testing.T) {
 	onAdmitted, onRequests, onCalls := hammer(t, srv, true, []algorithm.Params{p}, time.Second)
 	offRate := float64(offCalls) / float64(offRequests)
 	onRate := float64(onCalls) / float64(onRequests)
-	t.Logf("hot-key off: %d requests, %d script calls (%.3f per request), %d admitted", offRequests, offCalls, offRate, offAdmitted)
-	t.Logf("hot-key on:  %d requests, %d script calls (%.3f per request), %d admitted of bound %d", onRequests, onCalls, onRate, onAdmitted, p.Limit)
+	t.Logf("hot-key off: %d requests, %d store calls (%.3f per request), %d admitted", offRequests, offCalls, offRate, offAdmitted)
+	t.Logf("hot-key on:  %d requests, %d store calls (%.3f per request), %d admitted of bound %d", onRequests, onCalls, onRate, onAdmitted, p.Limit)
 	if onRate > 0.1*offRate {
-		t.Errorf("hot-key mode made %.3f script calls per request, off made %.3f: want at least 90%% fewer", onRate, offRate)
+		t.Errorf("hot-key mode made %.3f store calls per request, off made %.3f: want at least 90%% fewer", onRate, offRate)
 	}
 	if onRequests < 2*p.Limit {
 		t.Fatalf("only %d requests: too few to reach the bound of %d", onRequests, p.Limit)
@@ -205,8 +220,8 @@ func TestSmallLimitIsNotStarved(t *testing.T) {
 
 // TestHotBatchSparesTheStore: requests under four limits (a user's, a tenant's, an
 // endpoint's, a global one), every key hot, from 2 nodes (four, not three: sampling every 8th
-// key rather than every 8th request once found only the last limit's key hot). The store sees at least 90% fewer script calls per
-// request than without hot-key mode; the batches stay within 5% of the tightest limit; and the
+// key rather than every 8th request once found only the last limit's key hot). The store sees at least 90% fewer calls per
+// request (storeCalls) than without hot-key mode; the batches stay within 5% of the tightest limit; and the
 // other limits counted exactly the admitted requests: a request one limit denied took nothing
 // from the others.
 func TestHotBatchSparesTheStore(t *testing.T) {
@@ -221,10 +236,10 @@ func TestHotBatchSparesTheStore(t *testing.T) {
 	onAdmitted, onRequests, onCalls := hammer(t, srv, true, ps, time.Second)
 	offRate := float64(offCalls) / float64(offRequests)
 	onRate := float64(onCalls) / float64(onRequests)
-	t.Logf("hot-key off: %d requests, %d script calls (%.3f per request), %d admitted", offRequests, offCalls, offRate, offAdmitted)
-	t.Logf("hot-key on:  %d requests, %d script calls (%.3f per request), %d admitted of bound %d", onRequests, onCalls, onRate, onAdmitted, ps[0].Limit)
+	t.Logf("hot-key off: %d requests, %d store calls (%.3f per request), %d admitted", offRequests, offCalls, offRate, offAdmitted)
+	t.Logf("hot-key on:  %d requests, %d store calls (%.3f per request), %d admitted of bound %d", onRequests, onCalls, onRate, onAdmitted, ps[0].Limit)
 	if onRate > 0.1*offRate {
-		t.Errorf("hot-key mode made %.3f script calls per request, off made %.3f: want at least 90%% fewer", onRate, offRate)
+		t.Errorf("hot-key mode made %.3f store calls per request, off made %.3f: want at least 90%% fewer", onRate, offRate)
 	}
 	if onRequests < 2*ps[0].Limit {
 		t.Fatalf("only %d requests: too few to reach the bound of %d", onRequests, ps[0].Limit)

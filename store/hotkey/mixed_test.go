@@ -136,8 +136,8 @@ func allowedAll(ops []store.Op, res []algorithm.Result) bool {
 // exactly what was admitted.
 func TestMixedBatch(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
-	user, _ := algorithm.NewParams(algorithm.FixedWindow, 2, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
+	user, _ := algorithm.NewParams(algorithm.FixedWindow, 2, 0, longWindow)
 	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide, "count": wide})
 	ops := []store.Op{
 		{Key: []byte("user"), Params: &user, Cost: 1},
@@ -175,8 +175,8 @@ func TestMixedBatch(t *testing.T) {
 // the counter), and the store's counts after the sync are what was admitted.
 func TestMixedHotDenialAsksTheStore(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
-	tight, _ := algorithm.NewParams(algorithm.FixedWindow, 40, 0, time.Hour) // a share of 2 (5%)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
+	tight, _ := algorithm.NewParams(algorithm.FixedWindow, 40, 0, longWindow) // a share of 2 (5%)
 	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"wide": wide, "count": wide, "tight": tight})
 	ops := []store.Op{
 		{Key: []byte("user"), Params: &wide, Cost: 1},
@@ -208,8 +208,8 @@ func TestMixedHotDenialAsksTheStore(t *testing.T) {
 // before the key was found not ready gives its take back (the store counts it).
 func TestMixedNotReadyGoesWhole(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
-	changed, _ := algorithm.NewParams(algorithm.FixedWindow, 2000, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
+	changed, _ := algorithm.NewParams(algorithm.FixedWindow, 2000, 0, longWindow)
 	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"count": wide, "global": wide})
 	ops := []store.Op{
 		{Key: []byte("count"), Params: &wide, Cost: 1, Counter: true},
@@ -230,8 +230,8 @@ func TestMixedNotReadyGoesWhole(t *testing.T) {
 // the hot takes stand.
 func TestMixedShadow(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
-	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
+	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, longWindow)
 	h, _, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide})
 	ops := []store.Op{{Key: []byte("user"), Params: &one, Cost: 1, Shadow: true}, {Key: []byte("global"), Params: &wide, Cost: 1}}
 	for i := range 2 {
@@ -250,7 +250,7 @@ func TestMixedShadow(t *testing.T) {
 // decided, so the hot ops give back everything, counters too.
 func TestMixedStoreFailureTakesNothing(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
 	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide, "count": wide})
 	ks.set(nil, true)
 	ops := []store.Op{
@@ -281,8 +281,8 @@ func TestMixedStoreFailureTakesNothing(t *testing.T) {
 // write it, and its give-back leaves the store's count exact.
 func TestMixedGiveBackAfterSync(t *testing.T) {
 	t.Parallel()
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, time.Hour)
-	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1000, 0, longWindow)
+	one, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, longWindow)
 	h, ks, shared := mixedFixture(t, "user", map[string]algorithm.Params{"global": wide})
 	apply := func(user string) bool {
 		t.Helper()
@@ -340,7 +340,7 @@ type mixedRun struct {
 // and what the users' limits counted.
 func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, untilBound bool) mixedRun {
 	t.Helper()
-	perUser, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	perUser, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, longWindow)
 	const users = 20_000
 	prefix := "user-" + strconv.FormatInt(global.Limit, 10) + "-"
 	inners := make([]*keyedStore, 2)
@@ -457,7 +457,7 @@ func mixedHammer(t *testing.T, srv *redistest.Server, global algorithm.Params, u
 // the requests beyond them, and every request is admitted and counted once by its user's limit.
 func TestMixedBatchSparesTheStore(t *testing.T) {
 	t.Parallel()
-	global, _ := algorithm.NewParams(algorithm.FixedWindow, 100_000_000, 0, time.Hour)
+	global, _ := algorithm.NewParams(algorithm.FixedWindow, 100_000_000, 0, longWindow)
 	run := mixedHammer(t, redistest.Start(t), global, false)
 	// Once hot, the global key reaches the store in its syncs (each node's every 50 ms), not per
 	// request: at most a tenth of the requests beyond those. A loaded machine sends few
@@ -479,7 +479,7 @@ func TestMixedBatchSparesTheStore(t *testing.T) {
 // store here depends on the machine's speed, and is not checked.
 func TestMixedBatchStaysInBounds(t *testing.T) {
 	t.Parallel()
-	global, _ := algorithm.NewParams(algorithm.FixedWindow, 20_000, 0, time.Hour)
+	global, _ := algorithm.NewParams(algorithm.FixedWindow, 20_000, 0, longWindow)
 	run := mixedHammer(t, redistest.Start(t), global, true)
 	if denied := run.requests - run.admitted; denied < mixedPastBound {
 		t.Fatalf("only %d requests denied: too few past the bound of %d to test it", denied, global.Limit)
@@ -493,7 +493,7 @@ func TestMixedBatchStaysInBounds(t *testing.T) {
 // BenchmarkMixedBatch: a user's limit (on the store, here the memory store) beside a hot
 // global limit, against the same batch with nothing hot (the store decides both).
 func BenchmarkMixedBatch(b *testing.B) {
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1<<40, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1<<40, 0, longWindow)
 	for _, hot := range []bool{false, true} {
 		b.Run("hot="+strconv.FormatBool(hot), func(b *testing.B) {
 			h := New(memory.New(), Options{SyncEvery: time.Hour, Detect: time.Hour})
@@ -522,7 +522,7 @@ func BenchmarkMixedBatch(b *testing.B) {
 // shadow limit reports only what it would deny.
 func TestNonBindingOutOfShareAsksTheStore(t *testing.T) {
 	t.Parallel()
-	forty, _ := algorithm.NewParams(algorithm.FixedWindow, 40, 0, time.Hour) // a share of 2 (5%)
+	forty, _ := algorithm.NewParams(algorithm.FixedWindow, 40, 0, longWindow) // a share of 2 (5%)
 	for _, op := range []store.Op{{Key: []byte("count"), Counter: true}, {Key: []byte("shadow"), Shadow: true}} {
 		h, _, shared := mixedFixture(t, "", map[string]algorithm.Params{string(op.Key): forty})
 		op.Params, op.Cost = &forty, 1
@@ -550,7 +550,7 @@ func TestMixedBatchOnACluster(t *testing.T) {
 	}
 	cl := redistest.StartCluster(t, 3, 0)
 	url := "redis-cluster://" + strings.Join(cl.Addrs, ",")
-	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, longWindow)
 	globalKey := key.AppendHead(nil, "global", "1")
 	const requests = 200
 	// run sends requests one at a time (no two coalesce) and returns the script calls they

@@ -43,7 +43,7 @@ func TestCoalescedAllOrNothing(t *testing.T) {
 			c := newClock()
 			st := connect(t, url, c)
 			const callers, each, sharedN, ownN = 50, 20, 300, 10
-			shared, _ := algorithm.NewParams(algorithm.FixedWindow, sharedN, 0, time.Hour)
+			shared, _ := algorithm.NewParams(algorithm.FixedWindow, sharedN, 0, longWindow)
 			own, _ := algorithm.NewParams(algorithm.TokenBucket, ownN, 0, time.Hour)
 			sharedKey := key.AppendHead(nil, "coalesce-shared", "1")
 			ownKey := func(i int) []byte {
@@ -117,7 +117,7 @@ func TestCoalescedErrorsStayTheirs(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClock()
 	st := connect(t, "redis://"+srv.Addr, c)
-	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, longWindow)
 	good, bad, gone := key.AppendHead(nil, "good", "1"), key.AppendHead(nil, "bad", "1"), key.AppendHead(nil, "gone", "1")
 	if _, err := srv.Do("RPUSH", redisKey(bad), "x"); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestCoalescedDeadlines(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClock()
 	st := connect(t, "redis://"+srv.Addr, c)
-	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, longWindow)
 	k := key.AppendHead(nil, "late", "1")
 	// Hold the lane: a caller that will never be answered is in flight (its goroutine is
 	// stopped before it sends, by holding the lane's queue as if a flush were running).
@@ -292,7 +292,7 @@ func TestCoalescedSameDecisionsAsMemory(t *testing.T) {
 	if _, err := srv.Do("RPUSH", redisKey(bad), "x"); err != nil {
 		t.Fatal(err)
 	}
-	badParams, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, time.Hour)
+	badParams, _ := algorithm.NewParams(algorithm.FixedWindow, 5, 0, longWindow)
 	rng := rand.New(rand.NewPCG(7, 1))
 	ls := limits(t)
 	failed := 0

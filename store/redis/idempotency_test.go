@@ -87,9 +87,9 @@ func (s *Store) records(t testing.TB) int {
 // and a denial leaves no record, so its retry is decided afresh.
 func TestIdempotencyBinding(t *testing.T) {
 	t.Parallel()
-	hour, _ := algorithm.NewParams(algorithm.FixedWindow, 10, 0, time.Hour)
+	hour, _ := algorithm.NewParams(algorithm.FixedWindow, 10, 0, longWindow)
 	small, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Second)
-	tier, _ := algorithm.NewParams(algorithm.FixedWindow, 20, 0, time.Hour)
+	tier, _ := algorithm.NewParams(algorithm.FixedWindow, 20, 0, longWindow)
 	// Each case has keys of its own: a caller's (on its slot) and global ones (on others).
 	type keys struct{ user, global, endpoint []byte }
 	keysOf := func(name string) keys {
@@ -240,8 +240,8 @@ func apply1(t *testing.T, st store.Store, b *store.Batch) algorithm.Result {
 // requests also span slots, where the slot that allowed wrote a record before the other denied.
 func TestDeniedRequestsLeaveNoRecord(t *testing.T) {
 	t.Parallel()
-	small, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, time.Hour)
-	big, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, time.Hour)
+	small, _ := algorithm.NewParams(algorithm.FixedWindow, 1, 0, longWindow)
+	big, _ := algorithm.NewParams(algorithm.FixedWindow, 1_000_000, 0, longWindow)
 	for _, target := range idemTargets(t) {
 		if target.redis == nil {
 			continue // the memory store counts its records in its own tests

@@ -113,8 +113,8 @@ func TestPlainWindowsExactAcrossNodes(t *testing.T) {
 	}
 	var fellBack uint64
 	for _, tc := range []struct{ user, global int64 }{{300, 1000}, {6, 20}} {
-		userP, _ := algorithm.NewParams(algorithm.FixedWindow, tc.user, 0, time.Hour)
-		globalP, _ := algorithm.NewParams(algorithm.FixedWindow, tc.global, 0, time.Hour)
+		userP, _ := algorithm.NewParams(algorithm.FixedWindow, tc.user, 0, longWindow)
+		globalP, _ := algorithm.NewParams(algorithm.FixedWindow, tc.global, 0, longWindow)
 		name := fmt.Sprintf("exact%d", tc.global)
 		var users [][]byte
 		for _, u := range []string{"a", "b", "c", "d"} {

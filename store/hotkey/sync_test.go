@@ -4,7 +4,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -292,7 +291,10 @@ func TestSyncCoalescesWriteBacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reads := infoField(t, stats, "total_reads_processed")
+	reads, err := strconv.ParseInt(redistest.InfoFields(stats)["total_reads_processed"], 10, 64)
+	if err != nil {
+		t.Fatalf("INFO stats total_reads_processed: %v", err)
+	}
 	t.Logf("a sync of %d keys with hits pending: %d reads by Redis (round trips, this INFO's included)", keys, reads)
 	if reads > keys/4 {
 		t.Errorf("a sync of %d keys took %d round trips: want the write-backs coalesced (at most %d)", keys, reads, keys/4)
@@ -310,20 +312,4 @@ func TestSyncCoalescesWriteBacks(t *testing.T) {
 			t.Fatalf("key %d: the store counted %d, want 1", i, got)
 		}
 	}
-}
-
-// infoField returns the integer field name of an INFO reply.
-func infoField(t *testing.T, info, name string) int64 {
-	t.Helper()
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s: %v", name, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("INFO has no %s", name)
-	return 0
 }

@@ -89,7 +89,7 @@ func (c *Cluster) check() error {
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER INFO: %w", s.Addr, err)
 		}
-		f := infoFields(reply)
+		f := InfoFields(reply)
 		want := map[string]string{
 			"cluster_state":          "ok",
 			"cluster_slots_assigned": "16384",
@@ -105,7 +105,7 @@ func (c *Cluster) check() error {
 		if err != nil {
 			return fmt.Errorf("%s: INFO replication: %w", s.Addr, err)
 		}
-		if r := infoFields(reply); r["role"] == "slave" && r["master_link_status"] != "up" {
+		if r := InfoFields(reply); r["role"] == "slave" && r["master_link_status"] != "up" {
 			return fmt.Errorf("%s: replica link to %s:%s is %q", s.Addr, r["master_host"], r["master_port"], r["master_link_status"])
 		}
 	}

@@ -131,11 +131,11 @@ func TestPause(t *testing.T) {
 func TestOptionsReachConfig(t *testing.T) {
 	t.Parallel()
 	s := Start(t, WithAOF(), WithConfig("maxmemory 1mb", `maxmemory-policy "allkeys-lru"`))
-	mem := infoFields(must(t, s, "INFO", "memory"))
+	mem := InfoFields(must(t, s, "INFO", "memory"))
 	if mem["maxmemory"] != "1048576" || mem["maxmemory_policy"] != "allkeys-lru" {
 		t.Fatalf("maxmemory %q policy %q, want 1048576 allkeys-lru", mem["maxmemory"], mem["maxmemory_policy"])
 	}
-	if p := infoFields(must(t, s, "INFO", "persistence")); p["aof_enabled"] != "1" {
+	if p := InfoFields(must(t, s, "INFO", "persistence")); p["aof_enabled"] != "1" {
 		t.Fatalf("aof_enabled = %q, want 1", p["aof_enabled"])
 	}
 }
@@ -194,11 +194,11 @@ func TestCluster(t *testing.T) {
 				if c.Addrs[i] != s.Addr {
 					t.Fatalf("Addrs[%d] = %q, node has %q", i, c.Addrs[i], s.Addr)
 				}
-				ci := infoFields(must(t, s, "CLUSTER", "INFO"))
+				ci := InfoFields(must(t, s, "CLUSTER", "INFO"))
 				if ci["cluster_state"] != "ok" || ci["cluster_slots_ok"] != "16384" {
 					t.Fatalf("%s: state %q slots_ok %q", s.Addr, ci["cluster_state"], ci["cluster_slots_ok"])
 				}
-				roles[infoFields(must(t, s, "INFO", "replication"))["role"]]++
+				roles[InfoFields(must(t, s, "INFO", "replication"))["role"]]++
 			}
 			if roles["master"] != tc.primaries || roles["slave"] != tc.primaries*tc.replicas {
 				t.Fatalf("roles %v, want %d masters and %d replicas", roles, tc.primaries, tc.primaries*tc.replicas)
@@ -206,7 +206,7 @@ func TestCluster(t *testing.T) {
 			// A key is served by exactly one primary; every other primary redirects.
 			served, moved := 0, 0
 			for _, s := range c.Nodes {
-				if infoFields(must(t, s, "INFO", "replication"))["role"] != "master" {
+				if InfoFields(must(t, s, "INFO", "replication"))["role"] != "master" {
 					continue
 				}
 				_, err := s.Do("SET", "k", "v")

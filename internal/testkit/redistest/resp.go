@@ -135,8 +135,8 @@ func ping(addr string) error {
 	return nil
 }
 
-// infoFields parses the "key:value" lines of INFO and CLUSTER INFO.
-func infoFields(s string) map[string]string {
+// InfoFields parses the "key:value" lines of INFO and CLUSTER INFO.
+func InfoFields(s string) map[string]string {
 	m := map[string]string{}
 	for _, line := range strings.Split(s, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")

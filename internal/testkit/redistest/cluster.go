@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -112,5 +113,90 @@ func (c *Cluster) check() error {
 	if running == 0 {
 		return errors.New("no node is running")
 	}
+	return nil
+}
+
+// MoveSlot moves slot, keys and all, from the primary that serves it to the primary to, as
+// `redis-cli --cluster reshard` does: the two nodes mark it IMPORTING and MIGRATING, its keys
+// move batch keys at a time with MIGRATE, and then every node learns its new owner. between
+// runs after each batch, while the slot is half moved (nil for none). It fails the test on any
+// error.
+func (c *Cluster) MoveSlot(t testing.TB, slot int, to *Server, batch int, between func()) {
+	t.Helper()
+	from := c.Owner(t, slot)
+	if from == to {
+		t.Fatalf("redistest: slot %d is already on %s", slot, to.Addr)
+	}
+	do := func(s *Server, args ...string) string {
+		t.Helper()
+		reply, err := s.Do(args...)
+		if err != nil {
+			t.Fatalf("redistest: %s %v: %v", s.Addr, args, err)
+		}
+		return reply
+	}
+	fromID, toID := do(from, "CLUSTER", "MYID"), do(to, "CLUSTER", "MYID")
+	n := strconv.Itoa(slot)
+	do(to, "CLUSTER", "SETSLOT", n, "IMPORTING", fromID)
+	do(from, "CLUSTER", "SETSLOT", n, "MIGRATING", toID)
+	host, port, _ := strings.Cut(to.Addr, ":")
+	for {
+		keys := do(from, "CLUSTER", "GETKEYSINSLOT", n, strconv.Itoa(batch))
+		if keys == "" {
+			break
+		}
+		do(from, append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, strings.Split(keys, "\n")...)...)
+		if between != nil {
+			between()
+		}
+	}
+	// The two owners first, as redis-cli does, then the others, which would otherwise learn
+	// it from the cluster bus.
+	do(to, "CLUSTER", "SETSLOT", n, "NODE", toID)
+	do(from, "CLUSTER", "SETSLOT", n, "NODE", toID)
+	for _, s := range c.Nodes {
+		if s != from && s != to && s.Running() {
+			do(s, "CLUSTER", "SETSLOT", n, "NODE", toID)
+		}
+	}
+}
+
+// Owner returns the primary that serves slot, as the first node asked (CLUSTER NODES) sees it.
+func (c *Cluster) Owner(t testing.TB, slot int) *Server {
+	t.Helper()
+	for _, s := range c.Nodes {
+		if !s.Running() {
+			continue
+		}
+		nodes, err := s.Do("CLUSTER", "NODES")
+		if err != nil {
+			t.Fatalf("redistest: %s CLUSTER NODES: %v", s.Addr, err)
+		}
+		for _, line := range strings.Split(nodes, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 8 || !strings.Contains(f[2], "master") {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			for _, r := range f[8:] {
+				first, last, found := strings.Cut(r, "-")
+				lo, err1 := strconv.Atoi(first)
+				hi, err2 := strconv.Atoi(last)
+				if !found {
+					hi, err2 = lo, err1
+				}
+				if err1 != nil || err2 != nil || slot < lo || slot > hi {
+					continue // a slot mid-migration shows as [n->-id]: not an owner's range
+				}
+				for _, node := range c.Nodes {
+					if node.Addr == addr {
+						return node
+					}
+				}
+			}
+		}
+		break
+	}
+	t.Fatalf("redistest: no node serves slot %d", slot)
 	return nil
 }

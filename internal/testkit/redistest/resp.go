@@ -25,8 +25,8 @@ const ioTimeout = 5 * time.Second
 
 // Do sends one command on a fresh connection and returns the reply as a string: the text of a
 // simple string or bulk string, the decimal form of an integer. A nil reply gives ErrNil, an
-// error reply a ReplyError. Array replies are not supported: this is for setting up and
-// checking servers, not a client library. Each call is a new connection, so per-connection
+// error reply a ReplyError, an array its elements one per line (nested ones flattened): this is
+// for setting up and checking servers, not a client library. Each call is a new connection, so per-connection
 // state (SELECT, MULTI, the offset WAIT waits for) does not carry from one call to the next.
 func (s *Server) Do(args ...string) (string, error) {
 	replies, errs, err := pipeline(s.Addr, args)
@@ -96,10 +96,24 @@ func readReply(r *bufio.Reader) (string, error) {
 		}
 		return string(buf[:n]), nil
 	case '*':
-		if body == "-1" {
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return "", fmt.Errorf("redistest: bad array length %q", body)
+		}
+		if n < 0 {
 			return "", ErrNil
 		}
-		return "", fmt.Errorf("redistest: array replies are not supported (got %q)", line)
+		// An array is its elements one per line (nested ones flattened): enough for lists of
+		// keys and names.
+		elems := make([]string, 0, n)
+		for range n {
+			e, err := readReply(r)
+			if err != nil && !errors.Is(err, ErrNil) {
+				return "", err
+			}
+			elems = append(elems, e)
+		}
+		return strings.Join(elems, "\n"), nil
 	default:
 		return "", fmt.Errorf("redistest: unexpected reply %q", line)
 	}

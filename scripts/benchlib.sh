@@ -21,8 +21,19 @@ wait_port() {
 # cpu_ticks PID prints the process's utime+stime in clock ticks.
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
-# redis_cpu prints Redis's used_cpu_sys+used_cpu_user in seconds.
-redis_cpu() { redis-cli -p "$RPORT" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'; }
+# redis_cpu prints Redis's used_cpu_sys+used_cpu_user in seconds, summed over RPORTS (every
+# node of a cluster) when set.
+redis_cpu() {
+  local p
+  for p in ${RPORTS:-$RPORT}; do redis-cli -p "$p" info cpu; done | tr -d '\r' |
+    awk -F: '/^used_cpu_(sys|user):/{s+=$2} END{printf "%.6f", s}'
+}
+
+# redis_each ARGS... runs a redis-cli command on every node (RPORTS, else RPORT).
+redis_each() {
+  local p
+  for p in ${RPORTS:-$RPORT}; do redis-cli -p "$p" "$@" >/dev/null; done
+}
 
 # start_redis starts a throwaway Redis on a free port into RPORT (no persistence).
 start_redis() {
@@ -30,6 +41,35 @@ start_redis() {
   redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$BIN" --logfile "$BIN/redis.log" &
   PIDS+=($!)
   wait_port "$RPORT"
+}
+
+# start_cluster N starts an N-primary Redis Cluster (no replicas, no persistence) on free ports
+# into RPORTS, with RPORT its first node and RADDRS its seed list (comma-separated).
+start_cluster() {
+  local i p addrs=()
+  RPORTS=""
+  for i in $(seq 1 "$1"); do
+    p=$(free_port)
+    # The cluster bus listens on p+10000: pick again when it is taken.
+    while (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; do p=$(free_port); done
+    mkdir -p "$BIN/node$p"
+    redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$BIN/node$p" \
+      --logfile "$BIN/node$p/redis.log" --cluster-enabled yes --cluster-config-file nodes.conf &
+    PIDS+=($!)
+    wait_port "$p"
+    RPORTS="$RPORTS $p"
+    addrs+=("127.0.0.1:$p")
+  done
+  RPORT=${RPORTS# }
+  RPORT=${RPORT%% *}
+  RADDRS=$(IFS=,; echo "${addrs[*]}")
+  redis-cli --cluster create "${addrs[@]}" --cluster-yes >"$BIN/cluster-create.log"
+  for _ in $(seq 1 300); do
+    redis-cli -p "$RPORT" cluster info | grep -q 'cluster_state:ok' && return 0
+    sleep 0.1
+  done
+  echo "bench: the cluster never came up" >&2
+  return 1
 }
 
 # build_load builds the shared bench's RLS load generator and no-op server into BIN.

@@ -11,6 +11,7 @@
 # is shared: compare the ratios of one run, not rates across runs.
 #
 #   scripts/vsreference.sh [seconds]        # 10 s per run
+#   CLUSTER=3 scripts/vsreference.sh        # on a 3-primary Redis Cluster instead (Redis CPU summed)
 #   E_BIN=/path/service_cmd scripts/vsreference.sh
 #
 # E is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@latest` into
@@ -54,10 +55,18 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000}
 YAML
 cp "$BIN/runtime/ratelimit/config/bench.yaml" "$BIN/sluice-config/"
-start_redis
+if [ -n "${CLUSTER:-}" ]; then
+  start_cluster "$CLUSTER"
+  E_REDIS=(REDIS_TYPE=cluster REDIS_URL="$RADDRS")
+  S_STORE="redis-cluster://$RADDRS"
+else
+  start_redis
+  E_REDIS=(REDIS_URL="127.0.0.1:$RPORT")
+  S_STORE="redis://127.0.0.1:$RPORT"
+fi
 
 EGRPC=$(free_port)
-env USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$RPORT" RUNTIME_ROOT="$BIN/runtime" \
+env USE_STATSD=false REDIS_SOCKET_TYPE=tcp "${E_REDIS[@]}" RUNTIME_ROOT="$BIN/runtime" \
   RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false GRPC_PORT="$EGRPC" PORT="$(free_port)" \
   DEBUG_PORT="$(free_port)" LOG_LEVEL=warn "$E_BIN" >"$BIN/e.log" 2>&1 &
 PIDS+=($!)
@@ -65,7 +74,7 @@ NGRPC=$(free_port)
 "$BIN/noop-rls" -addr "127.0.0.1:$NGRPC" >"$BIN/noop.log" 2>&1 &
 PIDS+=($!)
 SGRPC=$(free_port)
-"$BIN/sluice" serve --config "$BIN/sluice-config" --store "redis://127.0.0.1:$RPORT" --http "127.0.0.1:$(free_port)" \
+"$BIN/sluice" serve --config "$BIN/sluice-config" --store "$S_STORE" --http "127.0.0.1:$(free_port)" \
   --grpc "127.0.0.1:$SGRPC" --data-dir "$BIN/data" --log-level warn ${SLUICE_FLAGS:-} >"$BIN/sluice.log" 2>&1 &
 PIDS+=($!)
 wait_port "$EGRPC"
@@ -76,8 +85,8 @@ ROWS=$BIN/rows
 # run NAME PORT DESCRIPTORS ROUND appends "NAME n round rate redis-µs/check" to ROWS.
 run() {
   local name=$1 port=$2 n=$3 round=$4 out r0 r1 calls rate
-  redis-cli -p "$RPORT" flushall >/dev/null
-  redis-cli -p "$RPORT" config resetstat >/dev/null
+  redis_each flushall
+  redis_each config resetstat
   r0=$(redis_cpu)
   out=$(rlsload "127.0.0.1:$port" "$n" "$D")
   r1=$(redis_cpu)

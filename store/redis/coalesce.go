@@ -1,9 +1,11 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +46,7 @@ type pending struct {
 	err  error
 
 	plain []plainOp // the batch's ops when plain commands may count them (plain.go)
+	slot  uint16    // on a Cluster: a node's lane gathers batches of many slots
 }
 
 const (
@@ -53,10 +56,13 @@ const (
 	pendingExpired
 )
 
-// lane gathers the pending batches of one server or slot.
+// lane gathers the pending batches of one server, or on a Cluster of one primary (once the
+// slot map is read: route.go) or of one slot (before, or where plain windows are off).
 type lane struct {
 	s       *Store
-	run     func() // l.loop, bound once: `go l.loop()` would allocate a closure each time
+	slot    uint16                    // a slot's lane
+	node    atomic.Pointer[nodeRoute] // a primary's lane: that node as the last slot map read
+	run     func()                    // l.loop, bound once: `go l.loop()` would allocate a closure each time
 	mu      sync.Mutex
 	queue   []*pending
 	flight  []*pending // what loop is deciding, for the watch; written under mu only
@@ -69,29 +75,36 @@ type lane struct {
 
 	liveBuf []*pending // flush's live batches: the flight itself is the watch's
 
-	plainBuf, scriptBuf []*pending // flush's split of a flight (plain.go)
+	plainBuf, scriptBuf []*pending   // flush's split of a flight (plain.go)
+	runs                [][]*pending // slotRuns
 	counting            map[string]int32
 	incs                []counted
 	windows             windowNames
 }
 
-func newLane(s *Store) *lane {
-	l := &lane{s: s}
+func newLane(s *Store, slot uint16) *lane {
+	l := &lane{s: s, slot: slot}
 	l.run = l.loop
 	l.watch = time.AfterFunc(time.Hour, l.expire)
 	l.watch.Stop()
 	return l
 }
 
-// laneFor returns the lane of a slot: the only lane of a single server.
+// laneFor returns the lane of a slot: the only lane of a single server; on a Cluster the
+// lane of the slot's primary where plain windows know it, else the slot's own.
 func (s *Store) laneFor(slot uint16) *lane {
 	if !s.cluster {
 		return s.lane
 	}
+	if s.plainUsable() {
+		if r := s.routeFor(slot); r != nil {
+			return r.lane
+		}
+	}
 	if l := s.slotLanes[slot].Load(); l != nil {
 		return l
 	}
-	l := newLane(s)
+	l := newLane(s, slot)
 	if !s.slotLanes[slot].CompareAndSwap(nil, l) {
 		return s.slotLanes[slot].Load()
 	}
@@ -191,8 +204,8 @@ func (l *lane) flush(flight []*pending) {
 	// in rueidis holds its queue, which is bounded (maxWaiting), until rueidis returns.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if l.s.plainUsable() {
-		now, known := l.s.clock.now()
+	if route := l.route(); route != nil {
+		now, known := route.clock.now()
 		if l.s.now != nil {
 			now, known = l.s.now(), true
 		}
@@ -205,17 +218,74 @@ func (l *lane) flush(flight []*pending) {
 			}
 		}
 		if len(plain) > 0 {
-			l.flushPlain(ctx, plain, scripts)
+			l.flushPlain(ctx, route, plain, scripts)
 			clear(plain)
 			clear(scripts)
 			l.plainBuf, l.scriptBuf = plain[:0], scripts[:0]
 			return
 		}
 	}
-	l.s.coalescedCalls.Add(1)
-	l.s.coalescedBatches.Add(uint64(len(live)))
-	replies := l.s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(live)})
-	l.s.answerMulti(live, replies[0], l.s.clock.local())
+	runs := l.slotRuns(live)
+	execs := make([]rueidis.LuaExec, len(runs))
+	for i, run := range runs {
+		l.s.coalescedCalls.Add(1)
+		l.s.coalescedBatches.Add(uint64(len(run)))
+		execs[i] = multiExec(run)
+	}
+	replies := l.s.run(ctx, multiScript, multiFunction, execs)
+	received := l.s.clock.local()
+	for i, run := range runs {
+		l.s.answerMulti(run, replies[i], l.s.scriptClock(), received)
+	}
+	clear(runs)
+}
+
+// slotRuns orders batches by slot and returns the runs of one slot each: a script call takes
+// one slot's keys, and a primary's lane gathers many slots. The runs are valid until the next
+// call.
+func (l *lane) slotRuns(batches []*pending) [][]*pending {
+	runs := l.runs[:0]
+	if !l.s.cluster || !slices.ContainsFunc(batches, func(p *pending) bool { return p.slot != batches[0].slot }) {
+		runs = append(runs, batches)
+		l.runs = runs
+		return runs
+	}
+	slices.SortStableFunc(batches, func(a, b *pending) int { return cmp.Compare(a.slot, b.slot) })
+	start := 0
+	for i := 1; i <= len(batches); i++ {
+		if i == len(batches) || batches[i].slot != batches[start].slot {
+			runs = append(runs, batches[start:i])
+			start = i
+		}
+	}
+	l.runs = runs
+	return runs
+}
+
+// route is where the lane's flights may count plain windows, or nil where they may not (see
+// plainUsable) or the slot's primary is not known yet.
+func (l *lane) route() *nodeRoute {
+	switch {
+	case !l.s.plainUsable():
+		return nil
+	case l.s.cluster:
+		if r := l.node.Load(); r != nil {
+			return r
+		}
+		return l.s.routeFor(l.slot)
+	default:
+		return &l.s.single
+	}
+}
+
+// scriptClock is the clock a script's reply through the store's client bounds: a single
+// server's. On a Cluster none: the client may have followed a redirection to another node, and
+// each node's clock is read only from its own TIMEs (route.go).
+func (s *Store) scriptClock() *redisClock {
+	if s.cluster {
+		return nil
+	}
+	return &s.clock
 }
 
 // multiExec is one multi.lua call deciding batches. Fresh slices, as a pending batch's are:
@@ -243,19 +313,23 @@ func (s *Store) fcall(batches []*pending) rueidis.Completed {
 	return s.client.B().Fcall().Function(multiFunction).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
 }
 
-// answerFcall answers batches from the reply of their fcall; a node that lost the library
-// gets it again and the call is made once more (see run).
-func (s *Store) answerFcall(ctx context.Context, batches []*pending, reply rueidis.RedisResult, received int64) {
-	if err := reply.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
+// answerFcall answers batches from the reply of their fcall, sent to route's node. A node that
+// lost the library gets it again, and one that no longer serves the slot (a Cluster's) passes
+// it to the store's client: the call is made once more (see run), which is safe since the
+// node ran nothing.
+func (s *Store) answerFcall(ctx context.Context, route *nodeRoute, batches []*pending, reply rueidis.RedisResult, received int64) {
+	clock := route.clock
+	if err := reply.Error(); err != nil && (strings.Contains(err.Error(), "Function not found") || redirected(reply)) {
 		reply = s.run(ctx, multiScript, multiFunction, []rueidis.LuaExec{multiExec(batches)})[0]
-		received = s.clock.local()
+		clock, received = s.scriptClock(), s.clock.local()
 	}
-	s.answerMulti(batches, reply, received)
+	s.answerMulti(batches, reply, clock, received)
 }
 
 // answerMulti answers batches from the reply of the multi.lua call that decided them, which
-// came in at received (redisClock.local): the reply's time bounds Redis's clock from then on.
-func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, received int64) {
+// came in at received (redisClock.local): the reply's time bounds clock, the clock of the node
+// that ran it (nil when that is not known), from then on.
+func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, clock *redisClock, received int64) {
 	msgs, err := reply.ToArray()
 	// The reply is flat: each batch's values follow the one before's (see multi.lua), so the
 	// whole of it is read before anyone is answered.
@@ -275,8 +349,8 @@ func (s *Store) answerMulti(live []*pending, reply rueidis.RedisResult, received
 	if err == nil && at != len(msgs) {
 		err = fmt.Errorf("script answered %d values, %d more than %d batches take", len(msgs), len(msgs)-at, len(live))
 	}
-	if p := live[0]; err == nil && p.err == nil && len(p.vals) >= 2 {
-		s.clock.observe(p.vals[1], received)
+	if p := live[0]; clock != nil && err == nil && p.err == nil && len(p.vals) >= 2 {
+		clock.observe(p.vals[1], received)
 	}
 	for _, p := range live {
 		if err != nil {
@@ -356,10 +430,8 @@ func (s *Store) coalesced(ctx context.Context, deadline time.Time, b *store.Batc
 	due := int64(deadline.Sub(s.clock.born))
 	for gi := range groups {
 		p := s.pendings.Get().(*pending)
-		p.keys, p.args = execs[gi].Keys, execs[gi].Args
-		if len(groups) == 1 {
-			s.plainOps(p, b, &groups[0])
-		}
+		p.keys, p.args, p.slot = execs[gi].Keys, execs[gi].Args, groups[gi].slot
+		s.plainOps(p, b, &groups[gi])
 		p.due.Store(due)
 		p.state.Store(pendingQueued)
 		if err := s.laneFor(groups[gi].slot).submit(p); err != nil {

@@ -190,7 +190,7 @@ func TestLaneWatch(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	st := connect(t, "redis://"+srv.Addr, newClock())
-	l := newLane(st)
+	l := newLane(st, 0)
 	waiting := func(in time.Duration) *pending {
 		p := &pending{done: make(chan struct{}, 1)}
 		p.due.Store(st.since() + int64(in))

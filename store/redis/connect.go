@@ -61,7 +61,8 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	s.calls.New = func() any { return newCall(s) }
 	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	s.scratches.New = func() any { return new(scratch) }
-	s.lane = newLane(s)
+	s.lane = newLane(s, 0)
+	s.single = nodeRoute{client: client, clock: &s.clock}
 	for _, o := range opts {
 		o(s)
 	}

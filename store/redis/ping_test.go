@@ -30,17 +30,17 @@ func TestPing(t *testing.T) {
 	waitFor(t, func() error { return st.Ping(ctx) })
 }
 
-// waitFor retries f until it succeeds, failing the test after a generous 10 s.
+// waitFor retries f until it succeeds, failing the test after a generous 30 s.
 func waitFor(t *testing.T, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := f()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still failing after 10 s: %v", err)
+			t.Fatalf("still failing after 30 s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -126,9 +127,8 @@ func (c *redisClock) now() (int64, bool) {
 }
 
 // WithPlainWindows turns plain windows (plain.go) on or off; the URL's plain_windows=false
-// turns them off too. They are on by default where they apply: one server or Sentinel (not a
-// Cluster, whose TIME would come from another node than the counts), Redis Functions, and
-// coalescing.
+// turns them off too. They are on by default where they apply: Redis Functions and coalescing.
+// On a Cluster they go to each slot's primary directly (route.go).
 func WithPlainWindows(on bool) Option { return func(s *Store) { s.plainWindows = on } }
 
 // PlainStats returns how many batches plain commands decided and how many of those attempts
@@ -178,7 +178,7 @@ func expireAt(end int64) int64 { return (end - 1) / 1000 }
 
 // plainUsable reports whether plain windows apply to this store at all (see WithPlainWindows).
 func (s *Store) plainUsable() bool {
-	return s.plainWindows && s.coalesce && s.functions && !s.cluster
+	return s.plainWindows && s.coalesce && s.functions
 }
 
 // counted is one key's increment in a flush: the ops of the flight on that key and window
@@ -228,7 +228,7 @@ func (w *windowNames) of(start, period int64) *windowName {
 // other in flight order: an op's count is the sum's reply less the costs of the ops after it,
 // and it fits its limit when that count does. One that does not fails its batch, which falls
 // back; the ops before it stand, as they would have alone.
-func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
+func (l *lane) flushPlain(ctx context.Context, route *nodeRoute, plain, scripts []*pending) {
 	s := l.s
 	test := s.now != nil
 	if l.counting == nil {
@@ -271,14 +271,24 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	if !test {
 		cmds = append(cmds, s.client.B().Time().Build())
 	}
+	var runs [][]*pending
+	calls := len(cmds)
 	if len(scripts) > 0 {
-		cmds = append(cmds, s.fcall(scripts))
+		runs = l.slotRuns(scripts)
+		for _, run := range runs {
+			cmds = append(cmds, s.fcall(run))
+		}
 	}
-	replies := s.client.DoMulti(ctx, cmds...)
+	replies := route.client.DoMulti(ctx, cmds...)
 	received := s.clock.local()
-	if len(scripts) > 0 {
-		s.answerFcall(ctx, scripts, replies[len(replies)-1], received)
+	if s.cluster && slices.ContainsFunc(replies, redirected) {
+		s.redirects.Add(1)
+		s.refreshRoutes(routeRefreshEvery)
 	}
+	for i, run := range runs {
+		s.answerFcall(ctx, route, run, replies[calls+i], received)
+	}
+	clear(runs)
 
 	var t1, t2 int64
 	var err error
@@ -290,7 +300,9 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 			t2, err = redisTime(replies[second])
 		}
 		if err == nil {
-			s.clock.observe(t1, received)
+			route.clock.observe(t1, received)
+		} else if s.cluster {
+			s.refreshRoutes(routeRefreshEvery) // the primary may have failed over
 		}
 	}
 	var repairs rueidis.Commands
@@ -308,7 +320,7 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	}
 	if len(repairs) > 0 {
 		// Before any caller is answered: the keys are theirs (see counting).
-		s.client.DoMulti(ctx, repairs...)
+		route.client.DoMulti(ctx, repairs...)
 	}
 	var refunds rueidis.Commands
 	var fallback []*pending
@@ -366,9 +378,16 @@ func (l *lane) flushPlain(ctx context.Context, plain, scripts []*pending) {
 	}
 	// A give-back that failed leaves its units counted for the rest of the window: quota
 	// lost, never granted twice; the script decides the batch all the same.
-	refunds = append(refunds, s.fcall(fallback))
-	replies = s.client.DoMulti(ctx, refunds...)
-	s.answerFcall(ctx, fallback, replies[len(replies)-1], s.clock.local())
+	runs, calls = l.slotRuns(fallback), len(refunds)
+	for _, run := range runs {
+		refunds = append(refunds, s.fcall(run))
+	}
+	replies = route.client.DoMulti(ctx, refunds...)
+	received = s.clock.local()
+	for i, run := range runs {
+		s.answerFcall(ctx, route, run, replies[calls+i], received)
+	}
+	clear(runs)
 }
 
 // amount is an increment as HINCRBY takes it: the keys' commands go to the one server, so they

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,9 +44,25 @@ func windowLimits(t testing.TB) []limit {
 // one to the other (a count over its limit, a window edge) decide as the memory store does.
 func TestPlainWindowsMatchMemory(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		matchMemory(t, "redis://"+redistest.Start(t).Addr)
+	})
+	// On a Cluster a request's limits sit on several slots: a batch per slot, and the
+	// batches of one primary share its flight.
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		if testing.Short() {
+			t.Skip("starts a 3-node Redis Cluster")
+		}
+		matchMemory(t, "redis-cluster://"+strings.Join(redistest.StartCluster(t, 3, 0).Addrs, ","))
+	})
+}
+
+// matchMemory is TestPlainWindowsMatchMemory on the Redis at url.
+func matchMemory(t *testing.T, url string) {
 	c := newClock()
-	nodes := []*Store{connect(t, "redis://"+srv.Addr, c), connect(t, "redis://"+srv.Addr, c)}
+	nodes := []*Store{connect(t, url, c), connect(t, url, c)}
 	mem := memory.New(memory.WithClock(c.Now), memory.WithSweepInterval(0))
 	defer mem.Close()
 	rng := rand.New(rand.NewPCG(31, 1))
@@ -101,16 +118,27 @@ func TestPlainWindowsMatchMemory(t *testing.T) {
 // window edge fell inside the test.
 func TestPlainWindowsExactAcrossNodes(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	var nodes []*Store
-	for range 2 {
-		st, err := New(ctx, "redis://"+srv.Addr, WithTimeout(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		exactAcrossNodes(t, "redis://"+srv.Addr, func([]byte) *redistest.Server { return srv })
+	})
+	// On a Cluster the users and the global limit sit on different slots and primaries: each
+	// request is two batches, and a primary's flights carry many slots.
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		if testing.Short() {
+			t.Skip("starts a 3-node Redis Cluster")
 		}
-		t.Cleanup(func() { st.Close() })
-		nodes = append(nodes, st)
-	}
+		cl := redistest.StartCluster(t, 3, 0)
+		exactAcrossNodes(t, "redis-cluster://"+strings.Join(cl.Addrs, ","), func(k []byte) *redistest.Server { return cl.Owner(t, int(Slot(k))) })
+	})
+}
+
+// exactAcrossNodes is TestPlainWindowsExactAcrossNodes on the Redis at url, where owner(k) is
+// the server that holds k.
+func exactAcrossNodes(t *testing.T, url string, owner func(k []byte) *redistest.Server) {
+	nodes := twoNodes(t, url)
 	var fellBack uint64
 	for _, tc := range []struct{ user, global int64 }{{300, 1000}, {6, 20}} {
 		userP, _ := algorithm.NewParams(algorithm.FixedWindow, tc.user, 0, longWindow)
@@ -121,7 +149,7 @@ func TestPlainWindowsExactAcrossNodes(t *testing.T) {
 			users = append(users, key.AppendTag(key.AppendHead(nil, name+"-user", "v1"), 'u', u))
 		}
 		global := key.AppendHead(nil, name+"-global", "v1")
-		before := redisHour(t, srv)
+		before := redisHour(t, owner(global))
 		var allowed [4]atomic.Int64
 		var wg sync.WaitGroup
 		for w := range 24 {
@@ -143,17 +171,17 @@ func TestPlainWindowsExactAcrossNodes(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		sameHour := redisHour(t, srv) == before
+		sameHour := redisHour(t, owner(global)) == before
 		total := int64(0)
 		for u := range users {
 			n := allowed[u].Load()
 			total += n
-			held := windowCount(t, srv, redisKey(users[u]))
+			held := windowCount(t, owner(users[u]), redisKey(users[u]))
 			if n > userP.Limit || held != n {
 				t.Errorf("%s user %d: %d admitted, Redis holds %d, limit %d", name, u, n, held, userP.Limit)
 			}
 		}
-		if held := windowCount(t, srv, redisKey(global)); total > globalP.Limit || held != total {
+		if held := windowCount(t, owner(global), redisKey(global)); total > globalP.Limit || held != total {
 			t.Errorf("%s global: %d admitted, Redis holds %d, limit %d", name, total, held, globalP.Limit)
 		}
 		if sameHour && total != globalP.Limit {
@@ -173,6 +201,21 @@ func TestPlainWindowsExactAcrossNodes(t *testing.T) {
 	if fellBack == 0 {
 		t.Fatal("no racer went over a limit: the fall back is untested here")
 	}
+}
+
+// twoNodes connects two stores to url, on Redis's own clock, as two nodes of a fleet.
+func twoNodes(t *testing.T, url string) []*Store {
+	t.Helper()
+	var nodes []*Store
+	for range 2 {
+		st, err := New(ctx, url, WithTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		nodes = append(nodes, st)
+	}
+	return nodes
 }
 
 // TestPlainWindowsWrongClock: a node whose bound of Redis's clock is a window behind sends its

@@ -115,6 +115,14 @@ type Store struct {
 	expiring                    keyTable // keys this node gave their window's expiry
 	clock                       redisClock
 	plainDecided, plainFellBack atomic.Uint64 // see PlainStats
+	// single is a single server's route for plain windows; a Cluster's are per slot in
+	// routes, read in the background (route.go).
+	single    nodeRoute
+	routes    atomic.Pointer[slotRoutes]
+	routing   atomic.Bool     // a read of the slot map runs
+	routedAt  atomic.Int64    // Store.since when the last read ended
+	redirects atomic.Uint64   // flights a node refused for a slot it no longer serves
+	nodes     map[string]node // by address: only the slot map's reader uses it
 
 	// prefix starts every Redis key the store writes (the URL's key_prefix), so that
 	// deployments can share one Redis; a key's hash tag comes after it, so the slot is the

@@ -142,3 +142,58 @@ func sameSlot(t *testing.T, slot uint16, build func(int) []byte) []byte {
 	t.Fatalf("no key found for slot %d", slot)
 	return nil
 }
+
+// TestClusterPlainWindowsFailover: a primary that plain windows count on dies, and its replica
+// takes over. Checks on its slots fail meanwhile (as the script's would), and afterwards plain
+// commands count on the new primary without a restart: the failed flights read the slot map
+// again.
+func TestClusterPlainWindowsFailover(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a 6-node Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 1)
+	st, err := New(ctx, "redis-cluster://"+strings.Join(cl.Addrs, ","), WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	wide, _ := algorithm.NewParams(algorithm.FixedWindow, 1<<40, 0, longWindow)
+	user := key.AppendTag(key.AppendHead(nil, "failover-user", "v1"), 'u', "ann")
+	slot := Slot(user)
+	res := make([]algorithm.Result, 1)
+	hit := func() error {
+		_, err := st.Apply(ctx, &store.Batch{Ops: []store.Op{{Key: user, Params: &wide, Cost: 1}}}, res)
+		return err
+	}
+	decided := func() uint64 { d, _ := st.PlainStats(); return d }
+	waitFor(t, func() error {
+		if err := hit(); err != nil {
+			return err
+		}
+		if decided() == 0 {
+			return fmt.Errorf("no plain decision yet")
+		}
+		return nil
+	})
+	old := cl.Owner(t, int(slot))
+	old.Kill()
+	cl.WaitOK(t)
+	primary := cl.Owner(t, int(slot))
+	if primary == old {
+		t.Fatalf("slot %d still on the killed node %s", slot, old.Addr)
+	}
+	before := decided()
+	waitFor(t, func() error {
+		if err := hit(); err != nil {
+			return err
+		}
+		if r := st.routes.Load(); r == nil || r[slot] == nil || r[slot].addr != primary.Addr {
+			return fmt.Errorf("the slot is not routed to its new primary %s", primary.Addr)
+		}
+		if decided() == before {
+			return fmt.Errorf("no plain decision on the new primary")
+		}
+		return nil
+	})
+}

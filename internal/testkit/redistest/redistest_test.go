@@ -150,8 +150,8 @@ func TestReplyErrors(t *testing.T) {
 	if got := must(t, s, "INCRBY", "n", "41"); got != "41" {
 		t.Fatalf("INCRBY = %q", got)
 	}
-	if _, err := s.Do("MGET", "n"); err == nil {
-		t.Fatal("array reply: want an error")
+	if got := must(t, s, "MGET", "n", "missing", "n"); got != "41\n\n41" {
+		t.Fatalf("MGET = %q, want the elements one per line, a nil one empty", got)
 	}
 	replies, errs, err := pipeline(s.Addr, []string{"SELECT", "1"}, []string{"GET", "n"}, []string{"NOSUCHCOMMAND"}, []string{"PING"})
 	if err != nil {
@@ -160,6 +160,42 @@ func TestReplyErrors(t *testing.T) {
 	// GET runs in db 1 on the same connection, so n (written to db 0) is missing there.
 	if replies[0] != "OK" || !errors.Is(errs[1], ErrNil) || !errors.As(errs[2], &re) || replies[3] != "PONG" {
 		t.Fatalf("pipeline = %q, %v", replies, errs)
+	}
+}
+
+// TestMoveSlot moves a slot with keys in it to another primary: the keys go with it, every
+// node names the new owner, and a key on the slot answers there.
+func TestMoveSlot(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := StartCluster(t, 3, 0)
+	const slot = 15495 // "{a}"'s
+	if got := must(t, c.Nodes[0], "CLUSTER", "KEYSLOT", "{a}"); got != "15495" {
+		t.Fatalf("CLUSTER KEYSLOT {a} = %s", got)
+	}
+	from := c.Owner(t, slot)
+	for i := range 25 {
+		must(t, from, "SET", fmt.Sprint("{a}", i), "v")
+	}
+	to := c.Nodes[0]
+	if to == from {
+		to = c.Nodes[1]
+	}
+	batches := 0
+	c.MoveSlot(t, slot, to, 10, func() { batches++ })
+	if batches != 3 {
+		t.Errorf("25 keys moved in %d batches of 10, want 3", batches)
+	}
+	if got := c.Owner(t, slot); got != to {
+		t.Fatalf("slot %d on %s after the move, want %s", slot, got.Addr, to.Addr)
+	}
+	if got := must(t, to, "GET", "{a}24"); got != "v" {
+		t.Fatalf("GET {a}24 on the new owner = %q", got)
+	}
+	if _, err := from.Do("GET", "{a}24"); err == nil || !strings.Contains(err.Error(), "MOVED") {
+		t.Fatalf("GET {a}24 on the old owner: err = %v, want MOVED", err)
 	}
 }
 

@@ -79,7 +79,9 @@ func (s *Store) refreshRoutes(every time.Duration) {
 }
 
 // readRoutes asks the cluster which primary serves each slot and reads each primary's clock.
-// A node keeps its clock across reads. Only the refresh goroutine calls it.
+// A primary keeps its clock and lane across reads while it serves slots; one that no longer
+// does is forgotten (its lane answers what it holds), so that nodes replaced over time do not
+// pile up. Only the refresh goroutine calls it.
 func (s *Store) readRoutes(ctx context.Context) (*slotRoutes, error) {
 	ranges, err := s.client.Do(ctx, s.client.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
@@ -116,6 +118,11 @@ func (s *Store) readRoutes(ctx context.Context) (*slotRoutes, error) {
 		}
 		for slot := first; slot <= last; slot++ {
 			routes[slot] = route
+		}
+	}
+	for addr := range s.nodes {
+		if byAddr[addr] == nil {
+			delete(s.nodes, addr)
 		}
 	}
 	return routes, nil

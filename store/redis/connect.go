@@ -62,7 +62,7 @@ func New(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	s.pendings.New = func() any { return &pending{done: make(chan struct{}, 1)} }
 	s.scratches.New = func() any { return new(scratch) }
 	s.lane = newLane(s, 0)
-	s.single = nodeRoute{client: client, clock: &s.clock}
+	s.single = nodeRoute{client: client, node: node{clock: &s.clock}}
 	for _, o := range opts {
 		o(s)
 	}

@@ -20,14 +20,12 @@ import (
 type nodeRoute struct {
 	addr   string
 	client rueidis.Client // the node's own: it answers MOVED and ASK rather than follow them
-	// The node's clock, read only from TIMEs it answered, and its lane, where its slots'
-	// batches gather (a flight's commands on many slots share its TIMEs); both kept across
-	// reads of the slot map.
-	clock *redisClock
-	lane  *lane
+	node
 }
 
-// node is what a primary keeps across reads of the slot map.
+// node is what a primary keeps across reads of the slot map: its clock, read only from TIMEs
+// it answered, and its lane, where its slots' batches gather (a flight's commands on many
+// slots share its TIMEs).
 type node struct {
 	clock *redisClock
 	lane  *lane
@@ -112,7 +110,7 @@ func (s *Store) readRoutes(ctx context.Context) (*slotRoutes, error) {
 			if err := readClock(ctx, client, n.clock); err != nil {
 				continue
 			}
-			route = &nodeRoute{addr: addr, client: client, clock: n.clock, lane: n.lane}
+			route = &nodeRoute{addr: addr, client: client, node: n}
 			n.lane.node.Store(route)
 			byAddr[addr] = route
 		}

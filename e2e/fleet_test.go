@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,10 +133,25 @@ func fleet(t *testing.T, storeURL string) {
 	// A decision that failed open (the store past its deadline) is not the store's: over the
 	// bound, it would be, and it would hide a store that double counts.
 	for i, n := range nodes {
+		plain, routed := 0.0, ""
 		for _, line := range strings.Split(n.get("/metrics"), "\n") {
 			if strings.HasPrefix(line, "sluice_checks_total{") && strings.Contains(line, `mode="fallback"`) {
 				t.Errorf("node %d decided without the store: %s", i, line)
 			}
+			if v, ok := strings.CutPrefix(line, `sluice_redis_plain_batches_total{outcome="decided"} `); ok {
+				plain, _ = strconv.ParseFloat(v, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "sluice_redis_cluster_routed_slots "); ok {
+				routed = v
+			}
+		}
+		// The fixed window, far from its bound for most of the run, is counted with plain
+		// commands; on a Cluster, straight at every slot's primary.
+		if plain == 0 {
+			t.Errorf("node %d: no batch decided with plain commands", i)
+		}
+		if strings.HasPrefix(storeURL, "redis-cluster://") && routed != "16384" {
+			t.Errorf("node %d: %q slots routed to their primary, want 16384", i, routed)
 		}
 	}
 }

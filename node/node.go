@@ -173,7 +173,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 		return n, err
 	}
 
-	st, storeName, err := openStore(ctx, c, log)
+	st, storeName, redisStores, err := openStore(ctx, c, log)
 	if err != nil {
 		return n, err
 	}
@@ -189,6 +189,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	tracer := newTracer(tp, storeName)
 	m := metrics.New(reg, storeName)
 	n.m = m
+	if len(redisStores) > 0 {
+		m.WatchRedis(func() metrics.RedisStats { return redisStats(redisStores) })
+	}
 	if storeName != "memory" {
 		m.BreakerState("closed")
 		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, MaxTimeout: c.storeDeadline.max, OnStateChange: func(from, to string) {
@@ -531,44 +534,60 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// redisStats sums the figures of the Redis stores behind the node's store.
+func redisStats(stores []*redisstore.Store) metrics.RedisStats {
+	var sum metrics.RedisStats
+	for _, st := range stores {
+		s := st.Stats()
+		sum.ScriptCalls += s.ScriptCalls
+		sum.ScriptBatches += s.ScriptBatches
+		sum.PlainDecided += s.PlainDecided
+		sum.PlainFellBack += s.PlainFellBack
+		sum.Redirects += s.Redirects
+		sum.RoutedSlots += s.RoutedSlots
+	}
+	return sum
+}
+
 // openStore opens the store --store names: memory, or a Redis URL; with REDIS_PERSECOND, the
-// limits of a second or less go to a Redis of their own (store/split).
-func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, string, error) {
+// limits of a second or less go to a Redis of their own (store/split). It returns the Redis
+// stores behind it too, for their figures.
+func openStore(ctx context.Context, c Config, log *slog.Logger) (sluice.Store, string, []*redisstore.Store, error) {
 	if isMemory(c.storeURL) {
 		if c.envoy.PerSecondStore != "" {
-			return nil, "", errors.New("REDIS_PERSECOND: the per-second Redis needs a Redis store for the other limits: set REDIS_URL (or --store)")
+			return nil, "", nil, errors.New("REDIS_PERSECOND: the per-second Redis needs a Redis store for the other limits: set REDIS_URL (or --store)")
 		}
 		if c.envoy.KeyPrefix != "" {
 			log.Info("CACHE_KEY_PREFIX: the memory store has its keys to itself; the prefix applies to Redis stores only")
 		}
-		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil
+		return memory.New(memory.WithSnapshot(filepath.Join(c.dataDir, "memory.snapshot"), c.snapshotInterval), memory.WithLogger(log)), "memory", nil, nil
 	}
 	if !strings.HasPrefix(c.storeURL, "redis") {
-		return nil, "", fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
+		return nil, "", nil, fmt.Errorf("--store: %q is not memory or a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL", c.storeURL)
 	}
 	storeURL, err := withKeyPrefix(c.storeURL, c.envoy.KeyPrefix)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	st, err := redisstore.New(ctx, storeURL)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if c.envoy.PerSecondStore == "" {
-		return st, "redis", nil
+		return st, "redis", []*redisstore.Store{st}, nil
 	}
 	perSecondURL, err := withKeyPrefix(c.envoy.PerSecondStore, c.envoy.KeyPrefix)
 	if err != nil {
 		st.Close()
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	perSecond, err := redisstore.New(ctx, perSecondURL)
 	if err != nil {
 		st.Close()
-		return nil, "", fmt.Errorf("REDIS_PERSECOND_URL: %w", err)
+		return nil, "", nil, fmt.Errorf("REDIS_PERSECOND_URL: %w", err)
 	}
 	log.Info("limits of a second or less on their own Redis (REDIS_PERSECOND)", "per_second_store", redact(perSecondURL))
-	return split.New(st, perSecond, split.DefaultCutoff), "redis", nil
+	return split.New(st, perSecond, split.DefaultCutoff), "redis", []*redisstore.Store{st, perSecond}, nil
 }
 
 // storeCheck is /readyz's check of st: its Ping, or always up for a store in this process.

@@ -168,3 +168,37 @@ func redirected(r rueidis.RedisResult) bool {
 	_, ask := e.IsAsk()
 	return moved || ask || e.IsTryAgain() || e.IsClusterDown()
 }
+
+// Stats are the store's figures for an operator: how its requests were decided, and on a
+// Cluster whether plain windows find the primaries.
+type Stats struct {
+	// ScriptCalls are the lanes' script calls, and ScriptBatches the requests' batches they
+	// decided (batches per call is how far coalescing goes).
+	ScriptCalls, ScriptBatches uint64
+	// PlainDecided are the batches plain commands decided; PlainFellBack those of them that
+	// fell back to the script (a count over, a window edge, a redirection).
+	PlainDecided, PlainFellBack uint64
+	// Redirects are the plain flights a Cluster node refused for a slot it no longer served
+	// (a migration or a failover), and RoutedSlots the slots whose primary plain windows know
+	// now (16384 on a healthy Cluster; fewer where CLUSTER SLOTS names a node by an address
+	// the client does not reach it by, and the script serves those slots).
+	Redirects   uint64
+	RoutedSlots int
+}
+
+// Stats returns the store's figures.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		ScriptCalls: s.coalescedCalls.Load(), ScriptBatches: s.coalescedBatches.Load(),
+		PlainDecided: s.plainDecided.Load(), PlainFellBack: s.plainFellBack.Load(),
+		Redirects: s.redirects.Load(),
+	}
+	if r := s.routes.Load(); r != nil {
+		for _, route := range r {
+			if route != nil {
+				st.RoutedSlots++
+			}
+		}
+	}
+	return st
+}

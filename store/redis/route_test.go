@@ -120,7 +120,12 @@ func TestClusterPlainWindowsMoveSlot(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	if nodes[0].redirects.Load()+nodes[1].redirects.Load() == 0 {
+	for i, st := range nodes {
+		if got := st.Stats().RoutedSlots; got != 16384 {
+			t.Errorf("node %d routes %d slots, want 16384", i, got)
+		}
+	}
+	if nodes[0].Stats().Redirects+nodes[1].Stats().Redirects == 0 {
 		t.Fatal("no flight met the move: the old owner redirected nothing")
 	}
 	n := admitted.Load()

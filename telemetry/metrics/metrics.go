@@ -239,6 +239,42 @@ func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 	)
 }
 
+// RedisStats are the Redis store's figures (store/redis.Stats), summed over its stores.
+type RedisStats struct {
+	ScriptCalls, ScriptBatches  uint64
+	PlainDecided, PlainFellBack uint64
+	Redirects                   uint64
+	RoutedSlots                 int
+}
+
+// WatchRedis exports the Redis store's figures, read from stats when scraped: its script
+// calls and the batches they decided, the batches plain commands decided and those that fell
+// back to the script, and on a Cluster the plain flights a node redirected and the slots whose
+// primary plain windows know.
+func (m *Metrics) WatchRedis(stats func() RedisStats) {
+	if m == nil {
+		return
+	}
+	plain := func(outcome string, v func(RedisStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_plain_batches_total",
+			Help:        "Batches counted with plain commands (fixed windows far from their limits), by outcome: decided, or fell back to the script.",
+			ConstLabels: prometheus.Labels{"outcome": outcome}},
+			func() float64 { return float64(v(stats())) })
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_script_calls_total", Help: "Script calls the Redis store made for coalesced requests."},
+			func() float64 { return float64(stats().ScriptCalls) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_script_batches_total", Help: "Requests' batches those script calls decided."},
+			func() float64 { return float64(stats().ScriptBatches) }),
+		plain("decided", func(s RedisStats) uint64 { return s.PlainDecided }),
+		plain("fell_back", func(s RedisStats) uint64 { return s.PlainFellBack }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_cluster_redirects_total", Help: "Plain flights a Redis Cluster node refused (MOVED, ASK) for a slot it no longer served."},
+			func() float64 { return float64(stats().Redirects) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_redis_cluster_routed_slots", Help: "Redis Cluster slots whose primary plain windows reach directly (16384 when all are)."},
+			func() float64 { return float64(stats().RoutedSlots) }),
+	)
+}
+
 // LeaseReserved counts a reservation's lease issued.
 func (m *Metrics) LeaseReserved() {
 	if m != nil {

@@ -208,3 +208,43 @@ func TestEnvoyValueStats(t *testing.T) {
 		t.Fatalf("sluice_envoy_value_stats_overflow_total = %v, want 5", overflow)
 	}
 }
+
+// TestWatchRedis: the Redis store's figures are read when scraped, each under its name.
+func TestWatchRedis(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "redis")
+	stats := metrics.RedisStats{ScriptCalls: 3, ScriptBatches: 40, PlainDecided: 500, PlainFellBack: 7, Redirects: 2, RoutedSlots: 16384}
+	m.WatchRedis(func() metrics.RedisStats { return stats })
+	stats.PlainDecided = 501 // read at the scrape, not at the watch
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, metric := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range metric.GetLabel() {
+				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			if c := metric.GetCounter(); c != nil {
+				got[name] = c.GetValue()
+			} else if g := metric.GetGauge(); g != nil {
+				got[name] = g.GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{
+		"sluice_redis_script_calls_total":                     3,
+		"sluice_redis_script_batches_total":                   40,
+		"sluice_redis_plain_batches_total{outcome=decided}":   501,
+		"sluice_redis_plain_batches_total{outcome=fell_back}": 7,
+		"sluice_redis_cluster_redirects_total":                2,
+		"sluice_redis_cluster_routed_slots":                   16384,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}

@@ -21,6 +21,17 @@ wait_port() {
 # cpu_ticks PID prints the process's utime+stime in clock ticks.
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
+# children_cpu VAR sets VAR to the user+system seconds of the shell's finished children (the
+# load generator's, once it has exited). It must run in the shell itself, not in $(...), whose
+# subshell's counts start at zero.
+children_cpu() {
+  times >"$BIN/times"
+  printf -v "$1" '%s' "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] } } END { printf "%.3f", s }' "$BIN/times")"
+}
+
+# host_idle prints the host's idle time in clock ticks, summed over its CPUs.
+host_idle() { awk '/^cpu /{print $5 + $6}' /proc/stat; }
+
 # redis_cpu prints Redis's used_cpu_sys+used_cpu_user in seconds, summed over RPORTS (every
 # node of a cluster) when set.
 redis_cpu() {

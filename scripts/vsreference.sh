@@ -127,28 +127,29 @@ awk '
   $1 == "E" { rate[$2, $3] = $4; cpu[$2, $3] = $5 }
   $1 == "S" { tr[$2] = tr[$2] " " $4 / rate[$2, $3]; cr[$2] = cr[$2] " " $5 / cpu[$2, $3]; srate[$2, $3] = $4 }
   $1 == "N" { nr[$2] = nr[$2] " " $4 / rate[$2, $3]; sn[$2] = sn[$2] " " srate[$2, $3] / $4 }
-  function summary(list,   a, k, i, j, t) {
+  { k = $1 SUBSEP $2; srv[k] = srv[k] " " $7; load[k] = load[k] " " $6; red[k] = red[k] " " $5; all[k] = all[k] " " ($5 + $6 + $7); idle[k] = idle[k] " " $8 }
+  # sorted splits list into a, sorted, and returns its length.
+  function sorted(list, a,   k, i, j, t) {
     k = split(list, a, " ")
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return k
+  }
+  function summary(list,   a, k) {
+    k = sorted(list, a)
     return sprintf("%.2f [%.2f-%.2f]", a[int((k + 1) / 2)], a[1], a[k])
+  }
+  function median(list,   a, k) {
+    k = sorted(list, a)
+    return a[int((k + 1) / 2)]
   }
   END {
     for (n = 1; n <= 4; n += 3) {
       printf "  %d descriptor(s): throughput %s; Redis CPU per check %s; no-op/E %s; Sluice/no-op %s\n", n, summary(tr[n]), summary(cr[n]), summary(nr[n]), summary(sn[n])
     }
-  }' "$ROWS"
-echo
-echo "Where the host's CPU went, per check (median of the three rounds, µs): the server's, the load generator's, Redis's, and all three"
-awk '
-  { k = $1 SUBSEP $2; srv[k] = srv[k] " " $7; load[k] = load[k] " " $6; red[k] = red[k] " " $5; all[k] = all[k] " " ($5 + $6 + $7); idle[k] = idle[k] " " $8 }
-  function median(list,   a, k, i, j, t) {
-    k = split(list, a, " ")
-    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-    return a[int((k + 1) / 2)]
-  }
-  END {
+    print ""
+    print "Where the host'"'"'s CPU went, per check (median of the three rounds, µs): the server'"'"'s, the load generator'"'"'s, Redis'"'"'s, and all three"
+    split("E S N", names, " ")
     for (n = 1; n <= 4; n += 3) {
-      split("E S N", names, " ")
       for (i = 1; i <= 3; i++) {
         k = names[i] SUBSEP n
         printf "  %d descriptor(s), %-6s server %5.1f  load %5.1f  Redis %5.1f  all %5.1f  (idle cores %.2f)\n", n, (names[i] == "E" ? "E" : (names[i] == "S" ? "Sluice" : "no-op")), median(srv[k]), median(load[k]), median(red[k]), median(all[k]), median(idle[k])

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,23 +31,36 @@ func TestRequestsWithoutIdentityCounted(t *testing.T) {
 
 func counterValue(t *testing.T, reg *prometheus.Registry, api string) float64 {
 	t.Helper()
+	return gathered(t, reg)["sluice_requests_without_identity_total{api="+api+"}"]
+}
+
+// gathered reads every counter and gauge of reg, each under its name and its labels as
+// name{label=value,...} (the name alone when it has none).
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := map[string]float64{}
 	for _, f := range families {
-		if f.GetName() != "sluice_requests_without_identity_total" {
-			continue
-		}
 		for _, metric := range f.GetMetric() {
+			var labels []string
 			for _, l := range metric.GetLabel() {
-				if l.GetName() == "api" && l.GetValue() == api {
-					return metric.GetCounter().GetValue()
-				}
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			name := f.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			if c := metric.GetCounter(); c != nil {
+				got[name] = c.GetValue()
+			} else if g := metric.GetGauge(); g != nil {
+				got[name] = g.GetValue()
 			}
 		}
 	}
-	return 0
+	return got
 }
 
 func TestTenantThrottleReplacesTheSet(t *testing.T) {
@@ -55,17 +69,10 @@ func TestTenantThrottleReplacesTheSet(t *testing.T) {
 	set := metrics.New(reg, "memory").TenantThrottle()
 	set(map[string]float64{"a": 0.5, "b": 0.25})
 	set(map[string]float64{"b": 0.75})
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != "sluice_tenant_throttle_ratio" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+	for name, v := range gathered(t, reg) {
+		if tenant, ok := strings.CutPrefix(name, "sluice_tenant_throttle_ratio{tenant="); ok {
+			got[strings.TrimSuffix(tenant, "}")] = v
 		}
 	}
 	if len(got) != 1 || got["b"] != 0.75 {
@@ -217,24 +224,7 @@ func TestWatchRedis(t *testing.T) {
 	stats := metrics.RedisStats{ScriptCalls: 3, ScriptBatches: 40, PlainDecided: 500, PlainFellBack: 7, Redirects: 2, RoutedSlots: 16384}
 	m.WatchRedis(func() metrics.RedisStats { return stats })
 	stats.PlainDecided = 501 // read at the scrape, not at the watch
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, metric := range f.GetMetric() {
-			name := f.GetName()
-			for _, l := range metric.GetLabel() {
-				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			if c := metric.GetCounter(); c != nil {
-				got[name] = c.GetValue()
-			} else if g := metric.GetGauge(); g != nil {
-				got[name] = g.GetValue()
-			}
-		}
-	}
+	got := gathered(t, reg)
 	for name, want := range map[string]float64{
 		"sluice_redis_script_calls_total":                     3,
 		"sluice_redis_script_batches_total":                   40,

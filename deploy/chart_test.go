@@ -95,7 +95,7 @@ func TestChart(t *testing.T) {
 			name: "Redis, PostgreSQL and an existing Secret",
 			values: `
 replicaCount: 3
-store: {redis: {enabled: true}, hotKeys: true}
+store: {redis: {enabled: true}, hotKeys: true, allowances: true}
 control: {postgres: {enabled: true}}
 existingSecret: platform-sluice
 secretKeys: {storeURL: redis, controlURL: postgres}`,
@@ -112,7 +112,7 @@ secretKeys: {storeURL: redis, controlURL: postgres}`,
 						t.Errorf("env %s = %+v, want platform-sluice's key %s", name, e, key)
 					}
 				}
-				for name, want := range map[string]string{"SLUICE_FLEET_SIZE": "3", "SLUICE_HOT_KEYS": "true", "SLUICE_STORE_TIMEOUT": "10ms"} {
+				for name, want := range map[string]string{"SLUICE_FLEET_SIZE": "3", "SLUICE_HOT_KEYS": "true", "SLUICE_ALLOWANCES": "true", "SLUICE_STORE_TIMEOUT": "10ms"} {
 					if e := env(c, name); e == nil || e.Value != want {
 						t.Errorf("env %s = %+v, want %q", name, e, want)
 					}

@@ -319,6 +319,56 @@ func TestHotKeyModeIsVisible(t *testing.T) {
 	}
 }
 
+// TestAllowancesAreExactOnOneNode runs a node with --allowances on Redis and spends a user's
+// limit through it: every answer and remaining is the one the store alone gives, most requests
+// are decided from the units the node holds, and a second node then finds the limit spent.
+func TestAllowancesAreExactOnOneNode(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	writeFile(t, path, "rules:\n  - {name: per-user, key: [user], algorithm: fixed_window, limit: 320, period: 24h}\n")
+	env := []string{"SLUICE_STORE=redis://" + redis.Addr, "SLUICE_STORE_TIMEOUT=2s", "SLUICE_ALLOWANCES=true"}
+	a := start(t, path, filepath.Join(dir, "a"), env...)
+	client := &http.Client{Timeout: 5 * time.Second}
+	check := func(s *server) (allowed bool, remaining int64) {
+		t.Helper()
+		resp, err := client.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"user":"spender"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d struct {
+			Allowed   bool
+			Remaining int64
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed, d.Remaining
+	}
+	for i := range int64(330) {
+		allowed, remaining := check(a)
+		if want := i < 320; allowed != want || remaining != max(0, 319-i) {
+			t.Fatalf("request %d: allowed %v with %d left, want %v with %d", i+1, allowed, remaining, want, max(0, 319-i))
+		}
+	}
+	m := a.get("/metrics")
+	var local float64
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, `sluice_allowance_decisions_total{where="node"} `); ok {
+			fmt.Sscan(v, &local)
+		}
+	}
+	if local < 160 {
+		t.Errorf("%v requests decided from held units, want most of 320:\n%s", local, grepLines(m, "allowance"))
+	}
+	b := start(t, path, filepath.Join(dir, "b"), env...)
+	if allowed, remaining := check(b); allowed || remaining != 0 {
+		t.Errorf("a second node: allowed %v with %d left, want the limit spent", allowed, remaining)
+	}
+}
+
 // TestClusterFailover kills a Redis Cluster primary under load on a sluice process: while the
 // replica is promoted, checks keep answering (by on_store_error), and once the cluster is ok
 // again sluice follows the new topology and decides normally, with no restart.

@@ -43,6 +43,7 @@ type Config struct {
 	storeDeadline    storeDeadlineFlags // serve_storedeadline.go
 	maxInFlight      int
 	hotKeys          bool
+	allowances       bool
 	hotKeyThreshold  int
 	hotKeyOverage    float64
 	fleetSize        int
@@ -108,6 +109,7 @@ func (c *Config) RegisterFlags(cmd *cobra.Command) {
 	f.DurationVar(&c.storeTimeout, "store-timeout", durationEnv("SLUICE_STORE_TIMEOUT", 10*time.Millisecond), "deadline of each call to a shared store; past it, and while the circuit breaker is open, rules follow on_store_error (SLUICE_STORE_TIMEOUT)")
 	f.IntVar(&c.maxInFlight, "max-inflight", intEnv("SLUICE_MAX_INFLIGHT", 4096), "requests decided at once; more are refused at once with 503 / RESOURCE_EXHAUSTED (SLUICE_MAX_INFLIGHT)")
 	f.BoolVar(&c.hotKeys, "hot-keys", os.Getenv("SLUICE_HOT_KEYS") == "true", "with a shared store, decide each node's hottest keys locally and write their hits back every 50 ms (SLUICE_HOT_KEYS=true)")
+	f.BoolVar(&c.allowances, "allowances", os.Getenv("SLUICE_ALLOWANCES") == "true", "with a shared store, let each node hold a little of each fixed window far from its limit (1/32, at most 4096) and decide that key's next requests without a round trip; never admits past a limit, while other nodes may find up to a grant per node counted for 100 ms (SLUICE_ALLOWANCES=true)")
 	f.IntVar(&c.hotKeyThreshold, "hot-key-threshold", intEnv("SLUICE_HOT_KEY_THRESHOLD", 500), "requests per second on one node that make a key hot; a hot key below half of it goes back to the store (SLUICE_HOT_KEY_THRESHOLD)")
 	f.Float64Var(&c.hotKeyOverage, "hot-key-overage", 0.05, "share of a limit the fleet may admit beyond it on hot keys (SLUICE_HOT_KEY_OVERAGE)")
 	f.IntVar(&c.fleetSize, "fleet-size", intEnv("SLUICE_FLEET_SIZE", 1), "expected number of Sluice nodes sharing the store: splits the hot-key overage and, while the store is down, the limits of on_store_error: local rules (SLUICE_FLEET_SIZE)")

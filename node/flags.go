@@ -51,7 +51,7 @@ var flagGroups = []struct {
 	{"Listeners and requests", []string{"http", "admin-http", "grpc", "grpc-reflection", "tls-cert", "tls-key", "tls-client-ca", "max-body", "max-inflight", "grpc-workers"}},
 	{"Policy", []string{"config", "shadow", "envoy-attributes"}},
 	{"Envoy domains from xDS", []string{"envoy-xds", "envoy-xds-node-id", "envoy-xds-node-metadata", "envoy-xds-retry", "envoy-xds-retry-max", "envoy-xds-tls", "envoy-xds-ca", "envoy-xds-cert", "envoy-xds-key", "envoy-xds-san", "envoy-xds-headers", "envoy-xds-max-message", "envoy-xds-force-start"}},
-	{"Stores", []string{"store", "data-dir", "snapshot-interval", "store-timeout", "store-timeout-max", "hot-keys", "hot-key-threshold", "hot-key-overage", "fleet-size"}},
+	{"Stores", []string{"store", "data-dir", "snapshot-interval", "store-timeout", "store-timeout-max", "allowances", "hot-keys", "hot-key-threshold", "hot-key-overage", "fleet-size"}},
 	{"Control plane", []string{"control", "admin-token-file", "trusted-proxies", "wait-timeout", "node-id", "audit-retention", "violations-retention", "events-flush", "events-queue"}},
 	{"Abuse detection", []string{"abuse-detection", "abuse-interval", "abuse-window", "abuse-threshold", "abuse-min-requests", "abuse-multiplier", "abuse-penalty", "abuse-max-penalties"}},
 	{"Regions", []string{"region", "regions", "region-sync", "region-timeout", "region-ca", "region-token-file"}},

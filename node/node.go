@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/internal/tlsreload"
 	"github.com/sluicehq/sluice/policy"
 	"github.com/sluicehq/sluice/store"
+	"github.com/sluicehq/sluice/store/allowance"
 	"github.com/sluicehq/sluice/store/breaker"
 	"github.com/sluicehq/sluice/store/hotkey"
 	"github.com/sluicehq/sluice/store/memory"
@@ -198,6 +199,17 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 			log.Warn("store circuit breaker", "from", from, "to", to)
 			m.BreakerState(to)
 		}})
+		if c.allowances {
+			al, err := allowance.New(st, allowance.Options{})
+			if err != nil {
+				return n, fmt.Errorf("allowances: %w", err)
+			}
+			m.WatchAllowances(func() metrics.AllowanceStats {
+				st := al.Stats()
+				return metrics.AllowanceStats{Local: st.Local, Shared: st.Shared, Grants: st.Grants, GivenBack: st.GivenBack}
+			})
+			st = al
+		}
 		if c.hotKeys {
 			hk := hotkey.New(st, hotkey.Options{Threshold: c.hotKeyThreshold, Overage: c.hotKeyOverage, Nodes: c.fleetSize})
 			m.WatchHotKeys(func() metrics.HotKeyStats {

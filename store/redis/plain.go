@@ -141,7 +141,7 @@ func (s *Store) PlainStats() (decided, fellBack uint64) {
 // returns whether they may.
 func (s *Store) plainOps(p *pending, b *store.Batch, g *group) bool {
 	p.plain = p.plain[:0]
-	if !s.plainUsable() || len(b.IdempotencyKey) > 0 || b.Lease || len(b.OpAt) == len(b.Ops) {
+	if !s.plainUsable() || len(b.IdempotencyKey) > 0 || b.Lease {
 		return false
 	}
 	for j, i := range g.ops {

@@ -297,6 +297,40 @@ func TestFixedWindowStringState(t *testing.T) {
 
 // windowCount is the count a fixed window's hash holds: its windows' counts, summed (a window
 // an increment came to late holds 0 once given back), 0 for no key.
+// TestPlainWindowsReportTheirInstant: a batch that asks each op's instant (Batch.OpAt) is
+// still counted with plain commands, and the instant it gets is in the window the count went
+// to, so a give-back that names it (node allowances' give-back) reaches that count.
+func TestPlainWindowsReportTheirInstant(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClock()
+	st := connect(t, "redis://"+srv.Addr, c)
+	p, _ := algorithm.NewParams(algorithm.FixedWindow, 100, 0, time.Minute)
+	k := key.AppendTag(key.AppendHead(nil, "instant", "v1"), 'u', "a")
+	res := make([]algorithm.Result, 1)
+	b := &store.Batch{Ops: []store.Op{{Key: k, Params: &p, Cost: 5}}, OpAt: make([]int64, 1)}
+	if _, err := st.Apply(ctx, b, res); err != nil || !res[0].Allowed { // the script: the node learns the clock
+		t.Fatalf("%+v, %v", res[0], err)
+	}
+	before, _ := st.PlainStats()
+	if _, err := st.Apply(ctx, b, res); err != nil || !res[0].Allowed {
+		t.Fatalf("%+v, %v", res[0], err)
+	}
+	if after, _ := st.PlainStats(); after != before+1 {
+		t.Fatalf("a batch asking its instants was not counted with plain commands (%d, then %d)", before, after)
+	}
+	end := c.Now() - c.Now()%p.Period + p.Period
+	if got := b.OpAt[0] + res[0].ResetAfter; got != end {
+		t.Fatalf("instant %d and reset_after %d name the window ending at %d, want %d", b.OpAt[0], res[0].ResetAfter, got, end)
+	}
+	if err := st.Adjust(ctx, []store.Op{{Key: k, Params: &p, Cost: 5}}, b.OpAt); err != nil {
+		t.Fatal(err)
+	}
+	if n := windowCount(t, srv, redisKey(k)); n != 5 {
+		t.Fatalf("the key holds %d after two requests of 5 and a give-back of 5", n)
+	}
+}
+
 func windowCount(t *testing.T, srv *redistest.Server, k string) int64 {
 	t.Helper()
 	v, err := srv.Do("EVAL", "local n = 0 for _, c in ipairs(redis.call('HVALS', KEYS[1])) do n = n + tonumber(c) end return n", "1", k)

@@ -239,6 +239,34 @@ func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 	)
 }
 
+// AllowanceStats are node allowances' figures (store/allowance.Stats).
+type AllowanceStats struct {
+	Local, Shared, Grants, GivenBack int64
+}
+
+// WatchAllowances exports node allowances' figures, read from stats when scraped: requests
+// decided from the units the node holds and by the store, the grants taken, and the
+// give-backs of units left unspent.
+func (m *Metrics) WatchAllowances(stats func() AllowanceStats) {
+	if m == nil {
+		return
+	}
+	decided := func(where string, v func(AllowanceStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_allowance_decisions_total",
+			Help:        "Requests on fixed windows with node allowances, by where they were decided: node (from units it holds) or store.",
+			ConstLabels: prometheus.Labels{"where": where}},
+			func() float64 { return float64(v(stats())) })
+	}
+	m.reg.MustRegister(
+		decided("node", func(s AllowanceStats) int64 { return s.Local }),
+		decided("store", func(s AllowanceStats) int64 { return s.Shared }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_allowance_grants_total", Help: "Grants of a limit's units a node took beside a request."},
+			func() float64 { return float64(stats().Grants) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_allowance_give_backs_total", Help: "Units a node held unspent and gave back to the store, counted by key."},
+			func() float64 { return float64(stats().GivenBack) }),
+	)
+}
+
 // RedisStats are the Redis store's figures (store/redis.Stats), summed over its stores.
 type RedisStats struct {
 	ScriptCalls, ScriptBatches  uint64

@@ -17,7 +17,8 @@
 #   E_BIN=/path/service_cmd scripts/vsreference.sh
 #
 # E is built with `go install github.com/envoyproxy/ratelimit/src/service_cmd@latest` into
-# ~/.cache/sluice-bench unless E_BIN names it. SLUICE_FLAGS adds serve flags to Sluice. Needs
+# ~/.cache/sluice-bench unless E_BIN names it. SLUICE_FLAGS adds serve flags to Sluice
+# (SLUICE_FLAGS=--allowances measures node allowances, and prints their counts last). Needs
 # ../shared/bench and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,7 +79,8 @@ NGRPC=$(free_port)
 NPID=$!
 PIDS+=($!)
 SGRPC=$(free_port)
-"$BIN/sluice" serve --config "$BIN/sluice-config" --store "$S_STORE" --http "127.0.0.1:$(free_port)" \
+SHTTP=$(free_port)
+"$BIN/sluice" serve --config "$BIN/sluice-config" --store "$S_STORE" --http "127.0.0.1:$SHTTP" \
   --grpc "127.0.0.1:$SGRPC" --data-dir "$BIN/data" --log-level warn ${SLUICE_FLAGS:-} >"$BIN/sluice.log" 2>&1 &
 SPID=$!
 PIDS+=($!)
@@ -156,3 +158,10 @@ awk '
       }
     }
   }' "$ROWS"
+
+# With SLUICE_FLAGS=--allowances: how many of Sluice's checks, over the whole run, its node
+# decided from the units it held, and how many went to Redis.
+if command -v curl >/dev/null; then
+  curl -s "http://127.0.0.1:$SHTTP/metrics" | awk '/^sluice_allowance_(decisions|grants)_total/ {
+    printf "%s%s %s", (n++ ? ", " : "\nSluice node allowances over the run: "), $1, $2 } END { if (n) print "" }' || true
+fi

@@ -1,6 +1,7 @@
 package allowance
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,9 +17,21 @@ import (
 // a tenant's and a global limit on one Redis until each caller was refused many times. Between
 // them they never admit past a limit, they admit all but what each could still hold, most
 // requests are decided from held units, and once both close Redis counts exactly what they
-// admitted: every unit held went back (by the instant the plain window path reported too).
+// admitted: every unit held went back (by the instant the plain window path reported too). On a
+// single server and on a 3-primary Cluster, where the three keys live on different nodes.
 func TestNodesOnRedis(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Run("server", func(t *testing.T) { nodesOn(t, "redis://"+redistest.Start(t).Addr) })
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a 3-node Redis Cluster")
+		}
+		cl := redistest.StartCluster(t, 3, 0)
+		nodesOn(t, "redis-cluster://"+strings.Join(cl.Addrs, ","))
+	})
+}
+
+// nodesOn is TestNodesOnRedis on the store at url.
+func nodesOn(t *testing.T, url string) {
 	day := 24 * time.Hour
 	user := params(t, algorithm.FixedWindow, 2000, day)
 	tenant := params(t, algorithm.FixedWindow, 5000, day)
@@ -32,7 +45,7 @@ func TestNodesOnRedis(t *testing.T) {
 	}
 	window := time.Now().UTC().Truncate(day)
 	open := func() *redis.Store {
-		r, err := redis.New(ctx, "redis://"+srv.Addr)
+		r, err := redis.New(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}

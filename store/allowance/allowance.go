@@ -349,8 +349,8 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 			}
 		}
 	}
-	var misplaced []store.Op
-	var misplacedAt []int64
+	var misplaced, back []store.Op
+	var misplacedAt, backAt []int64
 	recv := s.o.Now()
 	for i := range n {
 		e := ents[i]
@@ -365,26 +365,37 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 				misplacedAt = append(misplacedAt, c.at[i])
 				results[i].Remaining = max(0, results[i].Remaining-c.taken[i])
 			}
-			if window != e.windowEnd {
+			if window > e.windowEnd {
 				e.held, e.end = 0, 0
 				e.windowEnd = window
 			}
-			if c.grants[i] > 0 {
-				e.held += c.grants[i]
-				e.at = c.at[i]
-				s.granted.Add(1)
+			if window == e.windowEnd {
+				if c.grants[i] > 0 {
+					e.held += c.grants[i]
+					e.at = c.at[i]
+					s.granted.Add(1)
+				}
+				e.end = max(e.end, send+results[i].ResetAfter)
+				e.remaining = results[i].Remaining
+				e.used = recv
 			}
-			e.end = max(e.end, send+results[i].ResetAfter)
-			e.remaining = results[i].Remaining
-			e.used = recv
-		case err == nil:
-			if e.windowEnd == c.windows[i] {
-				e.held += c.taken[i]
-			}
-			e.remaining = results[i].Remaining
+			// Else a request answered after another landed in a later window: its grant was
+			// counted in a window that is over.
 		default:
-			if e.windowEnd == c.windows[i] {
+			// Nothing was consumed: the units taken off the cost are still counted, and
+			// still this node's.
+			switch {
+			case c.taken[i] == 0 || e.windowEnd != c.windows[i]:
+			case e.dead:
+				// The sweep dropped the entry meanwhile (the request took long): no one
+				// would spend or give them back.
+				back = append(back, store.Op{Key: e.key, Params: e.params, Cost: c.taken[i]})
+				backAt = append(backAt, e.at)
+			default:
 				e.held += c.taken[i]
+			}
+			if err == nil {
+				e.remaining = results[i].Remaining
 			}
 		}
 		if c.opened[i] != nil {
@@ -396,6 +407,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 		}
 		e.mu.Unlock()
 	}
+	s.giveBack(ctx, back, backAt)
 	if err != nil {
 		return err
 	}

@@ -341,3 +341,31 @@ func TestCloseGivesBack(t *testing.T) {
 		t.Fatalf("after close %d left, want 3199", got)
 	}
 }
+
+// TestSweptWhileInFlight has the sweep drop a key's entry while a request that took units of it
+// off its cost waits for the store, which then denies it for another limit: the units it took
+// go back to the store, since no one is left to spend them.
+func TestSweptWhileInFlight(t *testing.T) {
+	c := newClock()
+	shared := sharedMemory(c)
+	inner := &gated{Store: shared}
+	n := node(t, inner, c)
+	p := params(t, algorithm.FixedWindow, 320, time.Second) // grants of 10
+	apply(t, n, store.Op{Key: []byte("k"), Params: p, Cost: 1})
+	apply(t, shared, store.Op{Key: []byte("full"), Params: p, Cost: 320})
+	inner.before = func() {
+		c.advance(300 * time.Millisecond)
+		n.sweep(ctx)
+	}
+	res := apply(t, n, store.Op{Key: []byte("k"), Params: p, Cost: 1}, store.Op{Key: []byte("full"), Params: p, Cost: 1})
+	inner.before = nil
+	if res[1].Allowed {
+		t.Fatalf("admitted past a spent limit: %+v", res)
+	}
+	if n.lookup([]byte("k")) != nil {
+		t.Fatal("the sweep kept the idle entry")
+	}
+	if got := look(t, shared, "k", p); got != 319 {
+		t.Fatalf("the store has %d left on k, want 319: the unit the denied request took was lost", got)
+	}
+}

@@ -193,6 +193,9 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 	if len(redisStores) > 0 {
 		m.WatchRedis(func() metrics.RedisStats { return redisStats(redisStores) })
 	}
+	if storeName == "memory" && (c.hotKeys || c.allowances) {
+		log.Warn("--hot-keys and --allowances spare a shared store round trips; the memory store has none: ignored")
+	}
 	if storeName != "memory" {
 		m.BreakerState("closed")
 		st = breaker.New(st, breaker.Options{Timeout: c.storeTimeout, MaxTimeout: c.storeDeadline.max, OnStateChange: func(from, to string) {
@@ -206,7 +209,7 @@ func New(ctx context.Context, c Config) (n *Node, err error) {
 			}
 			m.WatchAllowances(func() metrics.AllowanceStats {
 				st := al.Stats()
-				return metrics.AllowanceStats{Local: st.Local, Shared: st.Shared, Grants: st.Grants, GivenBack: st.GivenBack}
+				return metrics.AllowanceStats{Local: st.Local, Shared: st.Shared, Grants: st.Grants, GivenBack: st.GivenBack, Uncounted: st.Uncounted}
 			})
 			st = al
 		}

@@ -230,6 +230,14 @@ func (g *gated) Apply(ctx context.Context, b *store.Batch, res []algorithm.Resul
 	return g.Store.Apply(ctx, b, res)
 }
 
+// gatedNode is a node over a gated memory store, on a test clock.
+func gatedNode(t *testing.T) (*clock, *memory.Store, *gated, *Store) {
+	c := newClock()
+	shared := sharedMemory(c)
+	inner := &gated{Store: shared}
+	return c, shared, inner, node(t, inner, c)
+}
+
 // TestRequestsWaitForAGrantOnItsWay sends requests on a key while its first request's grant
 // is on its way: they wait for it and are decided from it, without a round trip each.
 func TestRequestsWaitForAGrantOnItsWay(t *testing.T) {
@@ -279,10 +287,7 @@ func TestRequestsWaitForAGrantOnItsWay(t *testing.T) {
 // TestRequestAcrossTheWindowsTurn has a request that took held units off its cost reach the
 // store in the next window: it is counted there in full.
 func TestRequestAcrossTheWindowsTurn(t *testing.T) {
-	c := newClock()
-	shared := sharedMemory(c)
-	inner := &gated{Store: shared}
-	n := node(t, inner, c)
+	c, shared, inner, n := gatedNode(t)
 	p := params(t, algorithm.FixedWindow, 640, time.Second) // grants of 20
 	op := func(cost int64) store.Op { return store.Op{Key: []byte("k"), Params: p, Cost: cost} }
 	apply(t, n, op(1))  // held 20
@@ -346,10 +351,7 @@ func TestCloseGivesBack(t *testing.T) {
 // off its cost waits for the store, which then denies it for another limit: the units it took
 // go back to the store, since no one is left to spend them.
 func TestSweptWhileInFlight(t *testing.T) {
-	c := newClock()
-	shared := sharedMemory(c)
-	inner := &gated{Store: shared}
-	n := node(t, inner, c)
+	c, shared, inner, n := gatedNode(t)
 	p := params(t, algorithm.FixedWindow, 320, time.Second) // grants of 10
 	apply(t, n, store.Op{Key: []byte("k"), Params: p, Cost: 1})
 	apply(t, shared, store.Op{Key: []byte("full"), Params: p, Cost: 320})

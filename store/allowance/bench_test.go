@@ -50,3 +50,18 @@ func benchApply(b *testing.B, st store.Store, limits int) {
 		}
 	})
 }
+
+// BenchmarkSweep measures one sweep over 10,000 keys that each hold units and were used
+// recently: the sweep's cost when nothing is idle yet, which a node pays every Idle/4.
+func BenchmarkSweep(b *testing.B) {
+	c := newClock()
+	n := node(b, sharedMemory(c), c)
+	p := params(b, algorithm.FixedWindow, 1<<20, time.Hour)
+	for i := range 10_000 {
+		apply(b, n, store.Op{Key: []byte("key-" + strconv.Itoa(i)), Params: p, Cost: 1})
+	}
+	b.ResetTimer()
+	for range b.N {
+		n.sweep(ctx)
+	}
+}

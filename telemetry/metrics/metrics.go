@@ -241,12 +241,12 @@ func (m *Metrics) WatchHotKeys(stats func() HotKeyStats) {
 
 // AllowanceStats are node allowances' figures (store/allowance.Stats).
 type AllowanceStats struct {
-	Local, Shared, Grants, GivenBack int64
+	Local, Shared, Grants, GivenBack, Uncounted int64
 }
 
 // WatchAllowances exports node allowances' figures, read from stats when scraped: requests
-// decided from the units the node holds and by the store, the grants taken, and the
-// give-backs of units left unspent.
+// decided from the units the node holds and by the store, the grants taken, the give-backs of
+// units left unspent, and the admissions counted short across a window's end.
 func (m *Metrics) WatchAllowances(stats func() AllowanceStats) {
 	if m == nil {
 		return
@@ -264,6 +264,8 @@ func (m *Metrics) WatchAllowances(stats func() AllowanceStats) {
 			func() float64 { return float64(stats().Grants) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_allowance_give_backs_total", Help: "Units a node held unspent and gave back to the store, counted by key."},
 			func() float64 { return float64(stats().GivenBack) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_allowance_uncounted_total", Help: "Requests admitted across a window's end whose count in the new window could not be completed: that window stands low by at most their cost."},
+			func() float64 { return float64(stats().Uncounted) }),
 	)
 }
 

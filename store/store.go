@@ -82,7 +82,8 @@ type Batch struct {
 	// OpAt, when the caller gives it the length of Ops, is filled by the store with the
 	// instant (µs, its clock) it decided each op at: what a reservation's settlement names
 	// to find the window or log entry it consumed from (on a Redis Cluster each slot decides
-	// at its own node's time).
+	// at its own node's time; a fixed window that Redis's plain commands counted reports the
+	// TIME read just before the counts, an instant of the window they went to).
 	OpAt []int64
 }
 

@@ -210,11 +210,9 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch, results []algorithm.R
 func (s *Store) entriesOf(b *store.Batch, ents []*entry) []*entry {
 	for i := range b.Ops {
 		key := b.Ops[i].Key
-		sh := s.shardOf(key)
-		sh.mu.RLock()
-		e := sh.entries[string(key)]
-		sh.mu.RUnlock()
+		e := s.lookup(key)
 		if e == nil {
+			sh := s.shardOf(key)
 			sh.mu.Lock()
 			if e = sh.entries[string(key)]; e == nil {
 				e = &entry{key: bytes.Clone(key), remaining: -1}
@@ -301,6 +299,16 @@ type sharedCall struct {
 
 var calls = sync.Pool{New: func() any { return new(sharedCall) }}
 
+// adjustments are ops for Leaser.Adjust, each with the instant it names.
+type adjustments struct {
+	ops []store.Op
+	at  []int64
+}
+
+func (a *adjustments) add(op store.Op, at int64) {
+	a.ops, a.at = append(a.ops, op), append(a.at, at)
+}
+
 // applyShared has the store decide b. Each op asks its cost less the units its key holds (the
 // store counted those already: on one node it then decides as if this node held none), plus
 // a grant when its key is far from its limit and none is on its way. A request the store
@@ -348,8 +356,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 			}
 		}
 	}
-	var misplaced, back []store.Op
-	var misplacedAt, backAt []int64
+	var misplaced, back adjustments
 	recv := s.o.Now()
 	for i := range n {
 		e := ents[i]
@@ -360,8 +367,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 			if window != c.windows[i] && c.taken[i] > 0 {
 				// The request reached the store in a window after the one its held units
 				// were in: it was admitted for less than it costs there. Take the rest.
-				misplaced = append(misplaced, store.Op{Key: b.Ops[i].Key, Params: b.Ops[i].Params, Cost: -c.taken[i]})
-				misplacedAt = append(misplacedAt, c.at[i])
+				misplaced.add(store.Op{Key: b.Ops[i].Key, Params: b.Ops[i].Params, Cost: -c.taken[i]}, c.at[i])
 				results[i].Remaining = max(0, results[i].Remaining-c.taken[i])
 			}
 			if window > e.windowEnd {
@@ -388,8 +394,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 			case e.dead:
 				// The sweep dropped the entry meanwhile (the request took long): no one
 				// would spend or give them back.
-				back = append(back, store.Op{Key: e.key, Params: e.params, Cost: c.taken[i]})
-				backAt = append(backAt, e.at)
+				back.add(store.Op{Key: e.key, Params: e.params, Cost: c.taken[i]}, e.at)
 			default:
 				e.held += c.taken[i]
 			}
@@ -406,7 +411,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 		}
 		e.mu.Unlock()
 	}
-	s.giveBack(ctx, back, backAt)
+	s.giveBack(ctx, &back)
 	if err != nil {
 		return err
 	}
@@ -415,7 +420,7 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 	}
 	// The request stands admitted whatever the take does: a take that fails leaves the new
 	// window's count low by what it took off (at most its cost), which Stats counts.
-	if len(misplaced) > 0 && s.leaser.Adjust(ctx, misplaced, misplacedAt) != nil {
+	if len(misplaced.ops) > 0 && s.leaser.Adjust(ctx, misplaced.ops, misplaced.at) != nil {
 		s.uncounted.Add(1)
 	}
 	return nil
@@ -424,38 +429,35 @@ func (s *Store) applyShared(ctx context.Context, b *store.Batch, ents []*entry, 
 // release gives back what the node holds on the keys of ops before the store decides them
 // whole, so that it decides as it would alone.
 func (s *Store) release(ctx context.Context, ops []store.Op) {
-	var back []store.Op
-	var at []int64
+	var back adjustments
+	now := s.o.Now()
 	for i := range ops {
 		if e := s.lookup(ops[i].Key); e != nil {
-			if op, when, ok := e.takeAll(s.o.Now()); ok {
-				back, at = append(back, op), append(at, when)
-			}
+			e.mu.Lock()
+			e.empty(now, &back)
+			e.mu.Unlock()
 		}
 	}
-	s.giveBack(ctx, back, at)
+	s.giveBack(ctx, &back)
 }
 
-// takeAll empties e and returns the give-back of what it held, if its window may still run.
-func (e *entry) takeAll(now int64) (store.Op, int64, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	held := e.held
-	e.held = 0
-	if held <= 0 || now >= e.end {
-		return store.Op{}, 0, false
+// empty drops what e holds, adding its give-back to back if its window may still run (units
+// of a window that ended count nowhere). e.mu is held.
+func (e *entry) empty(now int64, back *adjustments) {
+	if e.held > 0 && now < e.end {
+		back.add(store.Op{Key: e.key, Params: e.params, Cost: e.held}, e.at)
 	}
-	return store.Op{Key: e.key, Params: e.params, Cost: held}, e.at, true
+	e.held = 0
 }
 
-func (s *Store) giveBack(ctx context.Context, ops []store.Op, at []int64) {
-	if len(ops) == 0 {
+func (s *Store) giveBack(ctx context.Context, back *adjustments) {
+	if len(back.ops) == 0 {
 		return
 	}
 	// A give-back that fails leaves the units counted until their window ends: fewer
 	// admissions, never more.
-	if s.leaser.Adjust(ctx, ops, at) == nil {
-		s.givenBack.Add(int64(len(ops)))
+	if s.leaser.Adjust(ctx, back.ops, back.at) == nil {
+		s.givenBack.Add(int64(len(back.ops)))
 	}
 }
 
@@ -463,28 +465,24 @@ func (s *Store) giveBack(ctx context.Context, ops []store.Op, at []int64) {
 func (s *Store) sweep(ctx context.Context) {
 	now := s.o.Now()
 	idle := s.o.Idle.Microseconds()
-	var back []store.Op
-	var at []int64
+	var back adjustments
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.entries {
 			e.mu.Lock()
-			quiet := now-e.used >= idle
-			if quiet && e.held > 0 && now < e.end {
-				back = append(back, store.Op{Key: e.key, Params: e.params, Cost: e.held})
-				at = append(at, e.at)
-				e.held = 0
-			}
-			if quiet && e.fetching == nil && (now-e.used >= 2*idle || now >= e.end) {
-				e.held, e.dead = 0, true
-				delete(sh.entries, k)
+			if quiet := now-e.used >= idle; quiet {
+				e.empty(now, &back)
+				if e.fetching == nil && (now-e.used >= 2*idle || now >= e.end) {
+					e.dead = true
+					delete(sh.entries, k)
+				}
 			}
 			e.mu.Unlock()
 		}
 		sh.mu.Unlock()
 	}
-	s.giveBack(ctx, back, at)
+	s.giveBack(ctx, &back)
 }
 
 func (s *Store) loop() {
@@ -519,21 +517,20 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 func (s *Store) Close() error {
 	close(s.stop)
 	s.done.Wait()
-	var back []store.Op
-	var at []int64
+	var back adjustments
 	now := s.o.Now()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.entries {
-			if op, when, ok := e.takeAll(now); ok {
-				back, at = append(back, op), append(at, when)
-			}
+			e.mu.Lock()
+			e.empty(now, &back)
+			e.mu.Unlock()
 		}
 		sh.mu.Unlock()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	s.giveBack(ctx, back, at)
+	s.giveBack(ctx, &back)
 	cancel()
 	return s.inner.Close()
 }
